@@ -1,0 +1,90 @@
+// Package asm holds the AES kernels behind the essiv sector transform: an
+// expanded key schedule and fused ESSIV-IV + CBC routines that process many
+// consecutive sectors per call.
+//
+// It is an internal layer of cryptimg, not a stable API. Callers should use
+// package essiv. Every kernel has the same contract as the pure-Go
+// implementation in cbc_generic.go, which is the reference the tests compare
+// the assembly against. The purego build tag turns all assembly off.
+package asm
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"strconv"
+)
+
+// BlockSize is the AES block size in bytes.
+const BlockSize = 16
+
+// Schedule is an expanded AES key: the cipher.Block used by the generic code
+// and, where assembly is available, the round keys laid out for the kernels.
+// A Schedule is read-only after NewSchedule and safe for concurrent use.
+type Schedule struct {
+	block  cipher.Block
+	rounds int
+	// enc and dec hold the encryption and (AESIMC-transformed) decryption
+	// round keys, 16 bytes per round, rounds+1 entries used.
+	enc [15 * BlockSize]byte
+	dec [15 * BlockSize]byte
+}
+
+// KeySizeError reports an AES key of the wrong length.
+type KeySizeError int
+
+func (k KeySizeError) Error() string {
+	return "asm: invalid AES key size " + strconv.Itoa(int(k))
+}
+
+// NewSchedule expands a 16-, 24- or 32-byte AES key.
+func NewSchedule(key []byte) (*Schedule, error) {
+	switch len(key) {
+	case 16, 24, 32:
+	default:
+		return nil, KeySizeError(len(key))
+	}
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	s := &Schedule{block: b, rounds: 6 + len(key)/4}
+	expandKey(s, key)
+	return s, nil
+}
+
+// Rounds returns the number of AES rounds: 10, 12 or 14.
+func (s *Schedule) Rounds() int { return s.rounds }
+
+// Clear overwrites the round keys. The Schedule must not be used afterwards.
+func (s *Schedule) Clear() {
+	clear(s.enc[:])
+	clear(s.dec[:])
+	s.block = nil
+}
+
+// SectorFunc encrypts or decrypts len(src)/sectorSize consecutive sectors
+// with ESSIV IVs: sector i of the batch uses the IV
+// AES_ivk(le64(firstSector + i*sectorSize/512) || 0^8) and is processed with
+// AES-CBC under k. sectorSize is a multiple of 16; len(src) is a multiple of
+// sectorSize; dst and src have equal length and overlap entirely or not at
+// all. Callers (package essiv) check these conditions.
+type SectorFunc func(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int)
+
+// Impl is one implementation of the sector kernels.
+type Impl struct {
+	Name    string
+	Encrypt SectorFunc
+	Decrypt SectorFunc
+}
+
+// Generic is the pure-Go implementation on crypto/aes.
+var Generic = Impl{Name: "generic", Encrypt: encryptGeneric, Decrypt: decryptGeneric}
+
+// Implementations returns every implementation this CPU can run, best
+// first. Tests run each of them; Best returns the first.
+func Implementations() []Impl {
+	return append(append([]Impl(nil), archImpls()...), Generic)
+}
+
+// Best returns the fastest implementation this CPU can run.
+func Best() Impl { return Implementations()[0] }

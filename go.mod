@@ -1,0 +1,3 @@
+module github.com/cryptimg/cryptimg
+
+go 1.26

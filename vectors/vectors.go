@@ -1,0 +1,24 @@
+// Package vectors embeds cryptimg's test vectors. Import it from tests only,
+// so the data never reaches the binary.
+//
+// Layout:
+//
+//	essiv/essiv-cbc-aes-sha256.json              Linux crypto/testmgr.h essiv_aes_cbc_tv_template
+//	essiv/cryptsetup-essiv-sha256-storage.json   cryptsetup tests/crypto-vectors.c essiv:sha256
+//
+// Provenance and field meanings are in README.md beside this file.
+package vectors
+
+import (
+	"embed"
+	"io/fs"
+)
+
+//go:embed essiv
+var files embed.FS
+
+// FS holds every vector file, by path relative to this folder.
+var FS fs.FS = files
+
+// ReadFile returns one vector file by its path relative to this folder.
+func ReadFile(name string) ([]byte, error) { return fs.ReadFile(FS, name) }
