@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs cryptimg's whole test suite: unit tests, the interop tests against the
+# real cryptsetup and qemu-img, the pure-Go fallback, the arm64 kernels under
+# qemu-user, and the generated-assembly check.
+#
+# Missing Debian packages are installed when running as root. Outside CI the
+# interop tests skip (and say so) when cryptsetup or qemu-img is missing; with
+# CI set they fail instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v cryptsetup >/dev/null || need+=(cryptsetup-bin)
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+if ((${#need[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "warning: missing ${need[*]}; run as root to install them (interop tests will skip)" >&2
+  fi
+fi
+
+echo "== go vet"
+go vet ./...
+echo "== go test (native)"
+go test -count=1 -timeout 20m ./...
+echo "== go test -race (pipeline and CLI)"
+go test -count=1 -race -timeout 20m ./sectors ./image/...
+echo "== go test -tags purego"
+go test -count=1 -tags purego -timeout 20m ./asm ./essiv ./header ./sectors
+if [ -x scripts/test-arm64.sh ]; then
+  echo "== arm64 under qemu-user"
+  scripts/test-arm64.sh
+fi
+if [ -x asm/_asm/check.sh ]; then
+  echo "== generated assembly is up to date"
+  asm/_asm/check.sh
+fi
+echo "== all tests passed"
