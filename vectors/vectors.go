@@ -14,7 +14,7 @@ import (
 	"io/fs"
 )
 
-//go:embed essiv
+//go:embed essiv luks
 var files embed.FS
 
 // FS holds every vector file, by path relative to this folder.

@@ -1,0 +1,286 @@
+package header
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Defaults of Format, those of cryptsetup luksFormat --type luks1 with the
+// cipher this package supports.
+const (
+	DefaultHash         = "sha256"
+	DefaultKeyBytes     = 32
+	DefaultIterTime     = 2 * time.Second // cryptsetup's LUKS1 --iter-time
+	DefaultAlignSectors = 2048            // 1 MiB, cryptsetup's DEFAULT_DISK_ALIGNMENT
+)
+
+// mkDigestTime is cryptsetup's LUKS_MKD_ITERATIONS_MS: the master key digest
+// gets about this much PBKDF2 time.
+const mkDigestTime = 125 * time.Millisecond
+
+// Params are the choices of Format. The zero value gives cryptsetup's
+// defaults for aes-cbc-essiv:sha256.
+type Params struct {
+	CipherName, CipherMode string // default "aes", "cbc-essiv:sha256"; nothing else is supported
+	Hash                   string // default "sha256"; sha1 and sha512 too; stored lower-case
+	KeyBytes               int    // volume key size: 16, 24 or 32; default 32
+
+	// IterTime is the PBKDF2 time for a key slot; the master key digest gets
+	// 125 ms worth. Default 2 s.
+	IterTime time.Duration
+
+	// ForceIterations, when not zero, skips the benchmark: the slot gets
+	// exactly this many iterations (at least MinIterations) and the master
+	// key digest MinIterations, as with cryptsetup --pbkdf-force-iterations.
+	ForceIterations uint32
+
+	// UUID is the header UUID; "" means a random version 4 UUID. It must be
+	// in xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx form and is stored lower-case.
+	UUID string
+
+	// AlignSectors aligns the payload offset; 0 means 2048 (1 MiB), as
+	// cryptsetup does for a file. 8 gives qemu-img's layout, where the
+	// payload starts right after the last key slot (rounded to 4096 bytes).
+	AlignSectors uint32
+
+	// Rand is the source of the volume key, salts, UUID and AF stripes;
+	// nil means crypto/rand.
+	Rand io.Reader
+}
+
+func randReader(r io.Reader) io.Reader {
+	if r == nil {
+		return rand.Reader
+	}
+	return r
+}
+
+// withDefaults fills the zero fields and checks the result.
+func (p Params) withDefaults() (Params, error) {
+	if p.CipherName == "" {
+		p.CipherName = supportedCipherName
+	}
+	if p.CipherMode == "" {
+		p.CipherMode = supportedCipherMode
+	}
+	if err := checkCipher(p.CipherName, p.CipherMode); err != nil {
+		return p, err
+	}
+	if p.Hash == "" {
+		p.Hash = DefaultHash
+	}
+	p.Hash = strings.ToLower(p.Hash)
+	if _, err := hashFunc(p.Hash); err != nil {
+		return p, err
+	}
+	if p.KeyBytes == 0 {
+		p.KeyBytes = DefaultKeyBytes
+	}
+	switch p.KeyBytes {
+	case 16, 24, 32:
+	default:
+		return p, fmt.Errorf("invalid key size %d bytes for %s (want 16, 24 or 32)", p.KeyBytes, supportedCipherSpec)
+	}
+	if p.IterTime == 0 {
+		p.IterTime = DefaultIterTime
+	}
+	if p.IterTime < 0 {
+		return p, fmt.Errorf("negative iteration time %v", p.IterTime)
+	}
+	if p.ForceIterations != 0 && p.ForceIterations < MinIterations {
+		return p, fmt.Errorf("forced iterations %d below the minimum %d", p.ForceIterations, MinIterations)
+	}
+	if p.UUID != "" {
+		u, err := canonicalUUID(p.UUID)
+		if err != nil {
+			return p, err
+		}
+		p.UUID = u
+	}
+	if p.AlignSectors == 0 {
+		p.AlignSectors = DefaultAlignSectors
+	}
+	p.Rand = randReader(p.Rand)
+	return p, nil
+}
+
+// canonicalUUID checks s the way libuuid's uuid_parse does and returns it
+// lower-case, as uuid_unparse writes it.
+func canonicalUUID(s string) (string, error) {
+	if len(s) != 36 {
+		return "", ErrInvalidUUID
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", ErrInvalidUUID
+			}
+			continue
+		}
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return "", ErrInvalidUUID
+		}
+	}
+	return strings.ToLower(s), nil
+}
+
+// randomUUID returns a random version 4 UUID in lower case.
+func randomUUID(rnd io.Reader) (string, error) {
+	var u [16]byte
+	if _, err := io.ReadFull(rnd, u[:]); err != nil {
+		return "", fmt.Errorf("reading random UUID: %w", err)
+	}
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	x := hex.EncodeToString(u[:])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:], nil
+}
+
+// Format makes a new header and a random volume key, and puts passphrase into
+// key slot 0. area is the complete header area, h.PayloadOffset*512 bytes:
+// the phdr, zeros, slot 0's key material, random bytes in the other slots'
+// areas (as cryptsetup's wipe leaves them) and zeros up to the payload. The
+// caller owns volumeKey and should clear it after use.
+func Format(passphrase []byte, p Params) (h *Header, volumeKey []byte, area []byte, err error) {
+	p, err = p.withDefaults()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	slotIter, digestIter := p.ForceIterations, uint32(MinIterations)
+	if p.ForceIterations == 0 {
+		slotIter, digestIter, err = SlotIterations(p.Hash, p.KeyBytes, p.IterTime)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+
+	offsets, end := slotLayout(p.KeyBytes)
+	payload := roundUp(end, uint64(p.AlignSectors))
+	if payload > math.MaxUint32 {
+		return nil, nil, nil, fmt.Errorf("payload offset %d sectors does not fit in 32 bits", payload)
+	}
+	h = &Header{
+		Version:       1,
+		CipherName:    p.CipherName,
+		CipherMode:    p.CipherMode,
+		HashSpec:      p.Hash,
+		PayloadOffset: uint32(payload),
+		KeyBytes:      uint32(p.KeyBytes),
+		MKDigestIter:  digestIter,
+		UUID:          p.UUID,
+	}
+	for i := range h.Slots {
+		h.Slots[i] = KeySlot{State: SlotDisabled, KeyMaterialOffset: offsets[i], Stripes: Stripes}
+	}
+	if h.UUID == "" {
+		if h.UUID, err = randomUUID(p.Rand); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+
+	volumeKey = make([]byte, p.KeyBytes)
+	if _, err := io.ReadFull(p.Rand, volumeKey); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading random volume key: %w", err)
+	}
+	fail := func(err error) (*Header, []byte, []byte, error) {
+		clear(volumeKey)
+		return nil, nil, nil, err
+	}
+	if _, err := io.ReadFull(p.Rand, h.MKDigestSalt[:]); err != nil {
+		return fail(fmt.Errorf("reading random salt: %w", err))
+	}
+	digest, err := deriveKey(h.HashSpec, volumeKey, h.MKDigestSalt[:], h.MKDigestIter, DigestSize)
+	if err != nil {
+		return fail(err)
+	}
+	copy(h.MKDigest[:], digest)
+
+	area = make([]byte, payload*SectorSize)
+	slotBytes := h.KeyMaterialSectors() * SectorSize
+	for i := 1; i < NumSlots; i++ {
+		off := int(offsets[i]) * SectorSize
+		if _, err := io.ReadFull(p.Rand, area[off:off+slotBytes]); err != nil {
+			return fail(fmt.Errorf("reading random slot fill: %w", err))
+		}
+	}
+	material, err := h.setKeySlot(0, passphrase, volumeKey, slotIter, p.Rand, false)
+	if err != nil {
+		return fail(err)
+	}
+	copy(area[int(offsets[0])*SectorSize:], material)
+	clear(material)
+	copy(area, h.Marshal())
+	return h, volumeKey, area, nil
+}
+
+// SlotIterations measures PBKDF2 with hash and a keyBytes-long output (as
+// cryptsetup benchmarks with the volume key size) and returns the iterations
+// for a key slot that take iterTime, and for the master key digest that take
+// 125 ms, each at least MinIterations. The measurement takes about 250 ms.
+func SlotIterations(hash string, keyBytes int, iterTime time.Duration) (slotIter, digestIter uint32, err error) {
+	if iterTime <= 0 {
+		return 0, 0, fmt.Errorf("iteration time %v is not positive", iterTime)
+	}
+	if keyBytes <= 0 || keyBytes > maxKeyBytes {
+		return 0, 0, fmt.Errorf("invalid key size %d", keyBytes)
+	}
+	perSec, err := benchmarkPBKDF2(hash, keyBytes, 250*time.Millisecond)
+	if err != nil {
+		return 0, 0, err
+	}
+	slot := perSec * iterTime.Seconds()
+	if slot > math.MaxUint32 {
+		return 0, 0, fmt.Errorf("%.0f iterations for %v do not fit in 32 bits", slot, iterTime)
+	}
+	slotIter = max(uint32(slot), MinIterations)
+	// cryptsetup LUKS_generate_phdr: slot iterations * 125 ms / iter time.
+	digest := float64(slotIter) * float64(mkDigestTime) / float64(iterTime)
+	digestIter = max(uint32(min(digest, math.MaxUint32)), MinIterations)
+	return slotIter, digestIter, nil
+}
+
+// benchmarkPBKDF2 returns PBKDF2 iterations per second, doubling the count
+// until one run takes a quarter of budget and then timing one run of the
+// size that should fill the rest.
+func benchmarkPBKDF2(hash string, keyBytes int, budget time.Duration) (float64, error) {
+	password := []byte("foobarfo")
+	salt := []byte("0123456789abcdef")
+	run := func(iter uint32) (time.Duration, error) {
+		start := time.Now()
+		dk, err := deriveKey(hash, password, salt, iter, keyBytes)
+		clear(dk)
+		return time.Since(start), err
+	}
+	iter := uint32(1000)
+	for {
+		d, err := run(iter)
+		if err != nil {
+			return 0, err
+		}
+		if d >= budget/4 || iter >= 1<<30 {
+			rate := float64(iter) / max(d.Seconds(), 1e-9)
+			// One longer run for a steadier figure.
+			next := uint32(min(rate*(budget*3/4).Seconds(), 1<<31))
+			if next <= iter {
+				return rate, nil
+			}
+			d2, err := run(next)
+			if err != nil {
+				return 0, err
+			}
+			return float64(next) / max(d2.Seconds(), 1e-9), nil
+		}
+		if d < time.Millisecond {
+			iter *= 8
+		} else {
+			iter *= 2
+		}
+	}
+}
