@@ -141,3 +141,7 @@ func checkBuffers(dst, src []byte) {
 		panic("essiv: invalid buffer overlap")
 	}
 }
+
+// Kernel names the AES kernel NewCipher picks on this CPU, for example
+// "vaes-avx2" or "generic".
+func Kernel() string { return asm.Best().Name }
