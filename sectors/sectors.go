@@ -1,0 +1,389 @@
+// Package sectors runs a sector transform over byte ranges of an image in
+// parallel: one goroutine reads chunks in order, Jobs workers transform them,
+// and the goroutine that called [Run] writes them back in order. It knows
+// nothing about cryptography; the caller supplies a [Transform] (for cryptimg,
+// an ESSIV encrypt or decrypt) and the [Extent]s to process.
+//
+// Memory is bounded by the number of chunk buffers, about 2*Jobs, whatever
+// the size of the image; buffers are reused, so the steady state allocates
+// nothing per chunk. Holes in an input *os.File are found with SEEK_DATA and
+// SEEK_HOLE and zero-filled instead of read, and with [Options.Sparse] zero
+// output blocks are not written, so sparse images stay sparse.
+//
+// This package is a building block of cryptimg, not a stable API.
+package sectors
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"sync"
+)
+
+// UnitSize is the size of the unit that sector numbers count: the IV sector
+// number advances by one per 512 bytes, as in dm-crypt, whatever the sector
+// size of the transform.
+const UnitSize = 512
+
+// Defaults used for zero fields of [Options].
+const (
+	DefaultChunkSize   = 1 << 20
+	DefaultSectorSize  = 512
+	DefaultSparseBlock = 4096
+)
+
+// Transform processes len(src) bytes, a whole number of sectors, whose first
+// 512-byte unit has IV sector number firstSector; the sector number advances
+// by one per 512 bytes. dst and src have the same length, and Run always
+// passes the same buffer as both (in place). A Transform must be safe to call
+// from several goroutines at once.
+type Transform func(dst, src []byte, firstSector uint64)
+
+// Extent is a byte range to read from src, transform and write to dst.
+type Extent struct {
+	SrcOffset int64  // byte offset in src
+	DstOffset int64  // byte offset in dst
+	Length    int64  // bytes, a multiple of Options.SectorSize
+	Sector    uint64 // IV sector number of the first 512 bytes of this extent
+}
+
+// Options tunes [Run]. The zero value is usable.
+type Options struct {
+	// Jobs is the number of transform workers; 0 means runtime.GOMAXPROCS(0).
+	Jobs int
+	// ChunkSize is the number of bytes read, transformed and written at a
+	// time; 0 means DefaultChunkSize (1 MiB). It must be a multiple of
+	// SectorSize, so a chunk never splits a sector. The last chunk of an
+	// extent may be shorter.
+	ChunkSize int
+	// SectorSize is the crypto unit in bytes: 512 for LUKS1, 4096 allowed;
+	// 0 means 512. It must be a positive multiple of 512. The Transform is
+	// always called on whole sectors.
+	SectorSize int
+	// Sparse skips writing output blocks that are all zero. The caller must
+	// have sized dst so that unwritten ranges read as zeros (a new or
+	// truncated file, or a qcow2 image with unallocated clusters).
+	Sparse bool
+	// SparseBlock is the granularity of Sparse in bytes, counted on absolute
+	// dst offsets: an aligned block of this size is skipped when all of its
+	// output is zero. 0 means DefaultSparseBlock (4096, the usual file
+	// system block); ChunkSize skips only all-zero chunks.
+	SparseBlock int
+	// Progress, if not nil, is called after each chunk is written (or
+	// skipped as zeros) with the cumulative number of bytes done so far. It
+	// is called from the goroutine that called Run, in order, at most once
+	// per chunk, so it may update a progress bar directly.
+	Progress func(done int64)
+}
+
+// IOError reports a failed read of src or write of dst, with the absolute
+// byte offset at which it failed. A short read (src ends inside an extent)
+// is an IOError wrapping io.ErrUnexpectedEOF.
+type IOError struct {
+	Op     string // "read input" or "write output"
+	Offset int64  // absolute byte offset in src or dst
+	Err    error
+}
+
+func (e *IOError) Error() string {
+	return e.Op + " at offset " + strconv.FormatInt(e.Offset, 10) + ": " + e.Err.Error()
+}
+
+func (e *IOError) Unwrap() error { return e.Err }
+
+// chunk is one unit of work. It travels by value through the channels, so
+// passing it along allocates nothing.
+type chunk struct {
+	seq    int64  // position in the output order
+	buf    []byte // pool buffer, len = chunk length
+	src    int64  // absolute offset in src
+	dst    int64  // absolute offset in dst
+	sector uint64 // IV sector number of buf[0:512]
+	ready  bool   // set in the writer's reorder ring
+}
+
+// stats lets tests observe a run.
+type stats struct {
+	buffers int // number of chunk buffers allocated (the peak, as they are never freed)
+}
+
+// Run reads every extent from src, transforms it chunk by chunk in parallel
+// workers and writes it to dst at the same relative position.
+//
+// I/O is positional (ReadAt, WriteAt). src.ReadAt is called from a single
+// goroutine in extent order, and dst.WriteAt only from the goroutine that
+// called Run, in extent order, so neither needs to be safe for concurrent
+// use. dst ranges must not overlap src ranges that are read later, except
+// that an extent may be transformed in place (same file, same offsets).
+// Memory is bounded to about 2*Jobs*ChunkSize whatever the total size. If
+// src is an *os.File (or an *io.SectionReader of one), its holes are
+// zero-filled without reading; the Transform still runs on them. This moves
+// the file offset of src, which Run otherwise does not use.
+//
+// After the last write, if dst has a Sync() error method it is called once.
+// The first error of any goroutine stops the others and is returned: an
+// *IOError for I/O. Cancelling ctx stops all goroutines within about one
+// chunk's work and returns ctx.Err(). Run returns only after all of its
+// goroutines have exited.
+func Run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent, t Transform, o Options) error {
+	return run(ctx, dst, src, extents, t, o, nil)
+}
+
+// plan is the validated shape of a run.
+type plan struct {
+	jobs, chunk, sector int
+	sparseBlock         int   // 0: write everything
+	chunks              int64 // number of chunks
+	bufLen              int   // length of a chunk buffer
+}
+
+func newPlan(extents []Extent, o Options) (plan, error) {
+	p := plan{jobs: o.Jobs, chunk: o.ChunkSize, sector: o.SectorSize, sparseBlock: o.SparseBlock}
+	if p.jobs == 0 {
+		p.jobs = runtime.GOMAXPROCS(0)
+	}
+	if p.chunk == 0 {
+		p.chunk = DefaultChunkSize
+	}
+	if p.sector == 0 {
+		p.sector = DefaultSectorSize
+	}
+	if p.sparseBlock == 0 {
+		p.sparseBlock = DefaultSparseBlock
+	}
+	switch {
+	case p.jobs < 0:
+		return p, fmt.Errorf("sectors: invalid number of jobs %d", p.jobs)
+	case p.sector < 0 || p.sector%UnitSize != 0:
+		return p, fmt.Errorf("sectors: sector size %d is not a positive multiple of %d", p.sector, UnitSize)
+	case p.chunk < 0 || p.chunk%p.sector != 0:
+		return p, fmt.Errorf("sectors: chunk size %d is not a positive multiple of the sector size %d", p.chunk, p.sector)
+	case p.sparseBlock < 0:
+		return p, fmt.Errorf("sectors: invalid sparse block size %d", p.sparseBlock)
+	}
+	for i, e := range extents {
+		switch {
+		case e.Length < 0 || e.Length%int64(p.sector) != 0:
+			return p, fmt.Errorf("sectors: extent %d: length %d is not a multiple of the sector size %d", i, e.Length, p.sector)
+		case e.SrcOffset < 0 || e.DstOffset < 0:
+			return p, fmt.Errorf("sectors: extent %d: negative offset", i)
+		}
+		p.chunks += (e.Length + int64(p.chunk) - 1) / int64(p.chunk)
+		p.bufLen = max(p.bufLen, int(min(e.Length, int64(p.chunk))))
+	}
+	if !o.Sparse {
+		p.sparseBlock = 0
+	}
+	return p, nil
+}
+
+func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent, t Transform, o Options, st *stats) error {
+	if t == nil {
+		panic("sectors: nil Transform")
+	}
+	p, err := newPlan(extents, o)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// At most nbuf chunks are in flight: enough for the reader and the
+	// writer to each hold one while every worker holds one and another
+	// waits for it. Chunks are numbered in output order and a chunk
+	// number is assigned only once its buffer is taken, so the oldest
+	// unwritten chunk always has a buffer and the pipeline cannot stall.
+	nbuf := int(min(int64(2*p.jobs+2), p.chunks))
+	pl := newPool(nbuf, p.bufLen)
+	if st != nil {
+		defer func() { st.buffers = pl.allocated }()
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+		jobs     = make(chan chunk, nbuf)
+		results  = make(chan chunk, nbuf)
+		holes    = newHoleFinder(src)
+	)
+	fail := func(err error) {
+		errOnce.Do(func() {
+			firstErr = err
+			cancel()
+		})
+	}
+
+	wg.Go(func() {
+		defer close(jobs)
+		if err := readAll(runCtx, src, holes, extents, p, pl, jobs); err != nil {
+			fail(err)
+		}
+	})
+	for range min(int64(p.jobs), p.chunks) {
+		wg.Go(func() { work(runCtx, t, jobs, results) })
+	}
+
+	werr := writeAll(runCtx, dst, p, pl, results, o.Progress)
+	if werr != nil {
+		fail(werr)
+	}
+	cancel()
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled from outside before the last chunk was written.
+		return err
+	}
+	if s, ok := dst.(interface{ Sync() error }); ok {
+		if err := s.Sync(); err != nil {
+			return fmt.Errorf("sync output: %w", err)
+		}
+	}
+	return nil
+}
+
+// readAll splits the extents into chunks and fills them in order.
+func readAll(ctx context.Context, src io.ReaderAt, holes *holeFinder, extents []Extent, p plan, pl *bufPool, jobs chan<- chunk) error {
+	var seq int64
+	for _, e := range extents {
+		for off := int64(0); off < e.Length; off += int64(p.chunk) {
+			n := int(min(int64(p.chunk), e.Length-off))
+			buf := pl.get(ctx)
+			if buf == nil {
+				return nil // cancelled
+			}
+			c := chunk{
+				seq:    seq,
+				buf:    buf[:n],
+				src:    e.SrcOffset + off,
+				dst:    e.DstOffset + off,
+				sector: e.Sector + uint64(off/UnitSize),
+			}
+			if err := readFull(src, holes, c.buf, c.src); err != nil {
+				return err
+			}
+			select {
+			case jobs <- c:
+			case <-ctx.Done():
+				return nil
+			}
+			seq++
+		}
+	}
+	return nil
+}
+
+// readFull fills buf from src at off, zero-filling holes without reading.
+func readFull(src io.ReaderAt, holes *holeFinder, buf []byte, off int64) error {
+	for len(buf) > 0 {
+		n := len(buf)
+		if holes != nil {
+			hole, end := holes.segment(off)
+			if end-off < int64(n) {
+				n = int(end - off)
+			}
+			if hole {
+				clear(buf[:n])
+				buf, off = buf[n:], off+int64(n)
+				continue
+			}
+		}
+		m, err := src.ReadAt(buf[:n], off)
+		if m == n {
+			err = nil // io.ReaderAt may return io.EOF with a full read
+		} else if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return &IOError{Op: "read input", Offset: off + int64(m), Err: err}
+		}
+		buf, off = buf[n:], off+int64(n)
+	}
+	return nil
+}
+
+// work transforms chunks in place until jobs is closed or ctx is done.
+func work(ctx context.Context, t Transform, jobs <-chan chunk, results chan<- chunk) {
+	for {
+		var c chunk
+		var ok bool
+		select {
+		case c, ok = <-jobs:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+		// Check again: select picks at random when both are ready, and
+		// a cancelled run should not start another transform.
+		if ctx.Err() != nil {
+			return
+		}
+		t(c.buf, c.buf, c.sector)
+		select {
+		case results <- c:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// writeAll writes the transformed chunks in order, reordering those that
+// finish early in a ring indexed by sequence number: at most len(ring)
+// chunks are in flight, so their numbers are distinct modulo len(ring).
+func writeAll(ctx context.Context, dst io.WriterAt, p plan, pl *bufPool, results <-chan chunk, progress func(int64)) error {
+	ring := make([]chunk, max(pl.cap(), 1))
+	var done int64
+	for next := int64(0); next < p.chunks; {
+		slot := &ring[next%int64(len(ring))]
+		if !slot.ready {
+			select {
+			case c := <-results:
+				c.ready = true
+				ring[c.seq%int64(len(ring))] = c
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		c := *slot
+		*slot = chunk{}
+		var err error
+		if p.sparseBlock > 0 {
+			err = writeSparse(dst, c.buf, c.dst, p.sparseBlock)
+		} else {
+			err = writeFull(dst, c.buf, c.dst)
+		}
+		if err != nil {
+			return err
+		}
+		done += int64(len(c.buf))
+		pl.put(c.buf)
+		next++
+		if progress != nil {
+			progress(done)
+		}
+	}
+	return nil
+}
+
+// writeFull writes all of buf to dst at off.
+func writeFull(dst io.WriterAt, buf []byte, off int64) error {
+	n, err := dst.WriteAt(buf, off)
+	if err == nil && n < len(buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return &IOError{Op: "write output", Offset: off + int64(n), Err: err}
+	}
+	return nil
+}
