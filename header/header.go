@@ -239,8 +239,17 @@ func Read(r io.ReaderAt, base, size int64) (*Header, error) {
 	if err != nil {
 		return nil, err
 	}
-	if end := h.AreaSize(); end > size {
+	end := h.AreaSize()
+	if end > size {
 		return nil, parseErrorf("key slots", "key material ends at byte %d, beyond the end of the %d-byte area", end, size)
+	}
+	// Do not trust size alone: the last byte of the key material must exist.
+	var last [1]byte
+	if n, err := r.ReadAt(last[:], base+end-1); n != 1 {
+		if err == nil || errors.Is(err, io.EOF) {
+			return nil, parseErrorf("key slots", "key material ends at byte %d, beyond the end of the file", end)
+		}
+		return nil, fmt.Errorf("reading LUKS key material: %w", err)
 	}
 	return h, nil
 }
