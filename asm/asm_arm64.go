@@ -2,8 +2,138 @@
 
 package asm
 
-// archImpls lists the arm64 kernels this CPU supports, best first.
-// The assembly kernels are added by the accelerated-ESSIV work.
-func archImpls() []Impl { return nil }
+import (
+	"encoding/binary"
+	"math/bits"
 
-func expandKey(s *Schedule, key []byte) {}
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate go run gen_arm64.go
+
+// # arm64 key layout
+//
+// Schedule.enc holds the FIPS-197 round keys rk[0..nr] as bytes, 16 per
+// round, in the order AESE consumes them (rk[0] is the key's first 16
+// bytes). Schedule.dec holds the keys of the equivalent inverse cipher in
+// the order AESD consumes them: rk[nr], InvMixColumns(rk[nr-1]), ...,
+// InvMixColumns(rk[1]), rk[0]. The kernels in cbc_arm64.s load them into
+// V(31-nr)..V31, so the last key used is always V31.
+
+// ceImpl is the ARMv8 Crypto Extensions implementation.
+var ceImpl = Impl{Name: "arm64-ce", Encrypt: encryptCE, Decrypt: decryptCE}
+
+// archImpls lists the arm64 kernels this CPU supports, best first.
+func archImpls() []Impl {
+	if cpu.ARM64.HasAES {
+		return []Impl{ceImpl}
+	}
+	return nil
+}
+
+// expandKey fills s.enc and s.dec from key. The S-box and InvMixColumns
+// come from the AES instructions, not from tables, so the expansion has no
+// key-dependent memory accesses. Without the AES extension the kernels are
+// never used and the schedule is left empty.
+func expandKey(s *Schedule, key []byte) {
+	if !cpu.ARM64.HasAES {
+		return
+	}
+	nk := len(key) / 4
+	nw := 4 * (s.rounds + 1)
+	// Words are little endian, so storing them back writes the key bytes
+	// in their original order; byte 0 of a word is its low byte.
+	var w [60]uint32
+	for i := range nk {
+		w[i] = binary.LittleEndian.Uint32(key[4*i:])
+	}
+	rcon := uint32(1)
+	for i := nk; i < nw; i++ {
+		t := w[i-1]
+		switch {
+		case i%nk == 0:
+			// RotWord moves byte 0 to byte 3: a right rotation of the
+			// little-endian word. Rcon goes into byte 0.
+			t = subWordCE(bits.RotateLeft32(t, -8)) ^ rcon
+			rcon <<= 1
+			if rcon == 0x100 {
+				rcon = 0x1b
+			}
+		case nk > 6 && i%nk == 4:
+			t = subWordCE(t)
+		}
+		w[i] = w[i-nk] ^ t
+	}
+	for i := range nw {
+		binary.LittleEndian.PutUint32(s.enc[4*i:], w[i])
+	}
+	clear(w[:])
+
+	nr := s.rounds
+	copy(s.dec[:BlockSize], s.enc[nr*BlockSize:])
+	for i := 1; i < nr; i++ {
+		invMixColumnsCE((*[BlockSize]byte)(s.dec[i*BlockSize:]), (*[BlockSize]byte)(s.enc[(nr-i)*BlockSize:]))
+	}
+	copy(s.dec[nr*BlockSize:], s.enc[:BlockSize])
+}
+
+// checkArgs guards the assembly against buffers that break the SectorFunc
+// contract. It returns the number of sectors.
+func checkArgs(dst, src []byte, sectorSize int) int {
+	if sectorSize <= 0 || sectorSize%BlockSize != 0 {
+		panic("asm: sector size not a positive multiple of the block size")
+	}
+	if len(src)%sectorSize != 0 {
+		panic("asm: input not full sectors")
+	}
+	if len(dst) < len(src) {
+		panic("asm: output smaller than input")
+	}
+	return len(src) / sectorSize
+}
+
+// encryptCE encrypts 8 sectors at a time in interleaved lanes, then the
+// remaining 1–7 sectors in one call with that many lanes.
+func encryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
+	n := checkArgs(dst, src, sectorSize)
+	if n == 0 {
+		return
+	}
+	step := uint64(sectorSize / 512)
+	if g := n / 8; g > 0 {
+		encLanes8CE(&k.enc, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0], g, sectorSize, firstSector, step)
+		done := g * 8 * sectorSize
+		dst, src = dst[done:], src[done:]
+		firstSector += uint64(g*8) * step
+	}
+	if n%8 == 0 {
+		return
+	}
+	xk, nr, ivxk, ivnr, d, s := &k.enc, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0]
+	switch n % 8 {
+	case 1:
+		encLanes1CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 2:
+		encLanes2CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 3:
+		encLanes3CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 4:
+		encLanes4CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 5:
+		encLanes5CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 6:
+		encLanes6CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	case 7:
+		encLanes7CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+	}
+}
+
+// decryptCE decrypts the whole batch in one call: CBC decryption is
+// parallel within a sector, so no lanes are needed.
+func decryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
+	n := checkArgs(dst, src, sectorSize)
+	if n == 0 {
+		return
+	}
+	decCE(&k.dec, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0], n, sectorSize, firstSector, uint64(sectorSize/512))
+}
