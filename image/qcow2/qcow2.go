@@ -104,13 +104,13 @@ type Image struct {
 	RefcountBits    int
 	Dirty           bool // incompatible bit 0: refcounts may be stale; mappings are still valid
 
-	fileSize   int64
-	l2Entries  int64 // guest clusters per L2 table
-	l2Bytes    int64 // bytes per L2 entry: 8, or 16 with extended L2
-	l1Needed   int64 // L1 entries that cover [0, Size)
-	l1         []uint64
-	meta       []span // sorted, non-overlapping metadata clusters (header, L1, refcounts, crypto, L2s)
-	dcPool     decoderPools
+	fileSize  int64
+	l2Entries int64 // guest clusters per L2 table
+	l2Bytes   int64 // bytes per L2 entry: 8, or 16 with extended L2
+	l1Needed  int64 // L1 entries that cover [0, Size)
+	l1        []uint64
+	meta      []span // sorted, non-overlapping metadata clusters (header, L1, refcounts, crypto, L2s)
+	dcPool    decoderPools
 }
 
 // span is a half-open host byte range [off, end).
