@@ -66,6 +66,20 @@ func checkCipher(name, mode string) error {
 	return nil
 }
 
+// checkCipherKey checks the cipher and that keyBytes is a key size it takes
+// (AES: 16, 24 or 32 bytes). A header that names the supported cipher with
+// another key size is corrupt.
+func checkCipherKey(name, mode string, keyBytes uint32) error {
+	if err := checkCipher(name, mode); err != nil {
+		return err
+	}
+	switch keyBytes {
+	case 16, 24, 32:
+		return nil
+	}
+	return parseErrorf("key-bytes", "%d-byte key is invalid for %s (want 16, 24 or 32)", keyBytes, supportedCipherSpec)
+}
+
 // newCipher returns the sector cipher for a key of the header's cipher.
 func newCipher(name, mode string, key []byte) (*essiv.Cipher, error) {
 	if err := checkCipher(name, mode); err != nil {

@@ -13,7 +13,7 @@ import (
 // with an *UnsupportedCipherError unless the header's cipher is
 // aes-cbc-essiv:sha256, and with an error if the key is not KeyBytes long.
 func (h *Header) NewSectorCipher(volumeKey []byte) (*essiv.Cipher, error) {
-	if err := checkCipher(h.CipherName, h.CipherMode); err != nil {
+	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, err
 	}
 	if len(volumeKey) != int(h.KeyBytes) {
@@ -52,17 +52,14 @@ func checkSlotIndex(slot int) error {
 // It returns ErrNoMatchingKeyslot if the passphrase opens none of the active
 // slots tried, ErrNoActiveKeyslot (wrapped) if there is none to try, an
 // *UnsupportedCipherError or *UnsupportedHashError if the header's algorithms
-// are not supported, ErrCorrupt if key material lies past the end of r, and
-// I/O errors wrapped.
+// are not supported, ErrCorrupt if key material lies past the end of r or the
+// key size does not suit the cipher, and I/O errors wrapped.
 func (h *Header) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error) {
-	if err := checkCipher(h.CipherName, h.CipherMode); err != nil {
+	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, -1, err
 	}
 	if _, err := hashFunc(h.HashSpec); err != nil {
 		return nil, -1, err
-	}
-	if h.KeyBytes == 0 || h.KeyBytes > maxKeyBytes {
-		return nil, -1, parseErrorf("key-bytes", "invalid volume key size %d", h.KeyBytes)
 	}
 	first, last := 0, NumSlots-1
 	if slot != -1 {
@@ -164,7 +161,7 @@ func (h *Header) setKeySlot(slot int, passphrase, volumeKey []byte, iterations u
 	if iterations < MinIterations {
 		return nil, fmt.Errorf("%d iterations is below the minimum %d", iterations, MinIterations)
 	}
-	if err := checkCipher(h.CipherName, h.CipherMode); err != nil {
+	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, err
 	}
 	if len(volumeKey) != int(h.KeyBytes) {

@@ -105,6 +105,14 @@ func TestUnlockUnsupported(t *testing.T) {
 	if _, err := x.SetKeySlot(1, []byte("pw"), vk, MinIterations, nil); !errors.As(err, &uc) {
 		t.Errorf("xts SetKeySlot: err %v", err)
 	}
+	z := *h
+	z.KeyBytes = 17
+	if _, _, err := z.Unlock(bytes.NewReader(area), 0, []byte("pw"), -1); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("17-byte AES key: Unlock err %v, want ErrCorrupt", err)
+	}
+	if _, err := z.NewSectorCipher(make([]byte, 17)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("17-byte AES key: NewSectorCipher err %v, want ErrCorrupt", err)
+	}
 	y := *h
 	y.HashSpec = "ripemd160"
 	var uh *UnsupportedHashError
