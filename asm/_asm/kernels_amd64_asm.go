@@ -1,0 +1,690 @@
+// Command _asm generates the amd64 ESSIV kernels of package asm with avo.
+//
+// Kernel families:
+//
+//   - AES-NI (SSE, xmm): one sector per register.
+//   - VAES+AVX2 (ymm): two sectors (encrypt) or two blocks (decrypt) per
+//     register.
+//
+// Key layout (see asm_amd64.go): enc holds the nr+1 encryption round keys in
+// order; dec holds the decryption keys in the order they are used, dec[0] =
+// enc[nr], dec[r] = InvMixColumns(enc[nr-r]) for 0 < r < nr, dec[nr] =
+// enc[0]. Rounds 1..9 are common to all key sizes; AES-192 adds rounds 10
+// and 11, AES-256 adds 12 and 13, so one body serves every key size with a
+// single compare of nr against 12.
+//
+// CBC encrypt runs several sectors side by side (multi-lane). Lane j of a
+// call is the sector at src + j*ss. The chaining XOR is folded into the last
+// round: the kernel keeps T = P[b+1] ^ k0 ^ k[nr] for every lane in a stack
+// slot and computes X = AESENCLAST(T, state), which is already the round-0
+// input of block b+1; the ciphertext C[b] = X ^ T ^ k[nr] is stored off the
+// dependency chain. The plaintext for block b+2 is gathered one step ahead.
+//
+// CBC decrypt works on one sector at a time, 8 (xmm) or 16 (ymm) blocks per
+// iteration. All loads of an iteration, including the previous ciphertext
+// blocks at -16, come before its stores, and the last ciphertext block is
+// carried in a register, so decryption in place is safe. The chaining XOR
+// is folded into the last round key as well.
+//
+// Both directions compute the ESSIV IVs inside the call, vectorised, with
+// the IV schedule. Stack scratch (IVs, folded plaintext) is zeroed and all
+// vector registers are cleared before returning.
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+//go:generate go run . -out ../kernels_amd64.s -stubs ../kernels_amd64_stubs.go -pkg asm
+
+func main() {
+	flag.Parse()
+	ConstraintExpr("!purego")
+
+	cpuid()
+	subWord()
+	invMixColumns()
+	blockFunc("encryptBlockAsm", false)
+	blockFunc("decryptBlockAsm", true)
+
+	for _, v := range []int{8, 4, 2, 1} {
+		encLanes(fmt.Sprintf("encLanes%dAESNI", v), v, sse)
+	}
+	for _, v := range []int{8, 4, 2, 1} {
+		encLanes(fmt.Sprintf("encLanes%dVAES", 2*v), v, avxY)
+	}
+	decSectors("decAESNI", sse)
+	decSectors("decVAES", avxY)
+
+	Generate()
+}
+
+// isa selects the instruction encoding and register width of a kernel.
+type isa int
+
+const (
+	sse  isa = iota // legacy SSE + AES-NI, xmm
+	avxX            // VEX encoded, xmm
+	avxY            // VEX encoded VAES, ymm (two blocks per register)
+)
+
+var (
+	xregs = []VecPhysical{X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X13, X14, X15}
+	yregs = []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}
+)
+
+func (m isa) reg(i int) VecPhysical {
+	if m == avxY {
+		return yregs[i]
+	}
+	return xregs[i]
+}
+
+// width is the number of bytes of one vector register.
+func (m isa) width() int {
+	if m == avxY {
+		return 32
+	}
+	return 16
+}
+
+var labelSeq int
+
+func newLabel(prefix string) string {
+	labelSeq++
+	return fmt.Sprintf("%s_%d", prefix, labelSeq)
+}
+
+// loadKey loads the 16-byte round key at m into k (broadcast to both lanes
+// for ymm).
+func (m isa) loadKey(mem Mem, k VecPhysical) {
+	switch m {
+	case sse:
+		MOVOU(mem, k)
+	case avxX:
+		VMOVDQU(mem, k)
+	case avxY:
+		VBROADCASTI128(mem, k)
+	}
+}
+
+func (m isa) load(mem Mem, r VecPhysical) {
+	if m == sse {
+		MOVOU(mem, r)
+	} else {
+		VMOVDQU(mem, r)
+	}
+}
+
+func (m isa) store(r VecPhysical, mem Mem) {
+	if m == sse {
+		MOVOU(r, mem)
+	} else {
+		VMOVDQU(r, mem)
+	}
+}
+
+// xor computes dst ^= src.
+func (m isa) xor(src Op, dst VecPhysical) {
+	if m == sse {
+		PXOR(src, dst)
+	} else {
+		VPXOR(src, dst, dst)
+	}
+}
+
+type aesOp int
+
+const (
+	opEnc aesOp = iota
+	opEncLast
+	opDec
+	opDecLast
+)
+
+// aes applies one AES round with key k to dst.
+func (m isa) aes(op aesOp, k Op, dst VecPhysical) {
+	if m == sse {
+		[]func(Op, Op){AESENC, AESENCLAST, AESDEC, AESDECLAST}[op](k, dst)
+		return
+	}
+	[]func(Op, Op, Op){VAESENC, VAESENCLAST, VAESDEC, VAESDECLAST}[op](k, dst, dst)
+}
+
+// rounds emits AES rounds 1..nr-1 on states, with the round keys at
+// xk+16*r loaded into k. nr is a register holding 10, 12 or 14.
+func (m isa) rounds(op aesOp, nr, xk GPPhysical, k VecPhysical, states []VecPhysical) {
+	done := newLabel("rounds_done")
+	for r := 1; r <= 13; r++ {
+		switch r {
+		case 10:
+			CMPQ(nr, Imm(12))
+			JB(LabelRef(done))
+		case 12:
+			JE(LabelRef(done))
+		}
+		m.loadKey(Mem{Base: xk, Disp: 16 * r}, k)
+		for _, s := range states {
+			m.aes(op, k, s)
+		}
+	}
+	Label(done)
+}
+
+// lastKey loads the key at xk+16*nr into k, using tmp.
+func (m isa) lastKey(nr, xk, tmp GPPhysical, k VecPhysical) {
+	MOVQ(nr, tmp)
+	SHLQ(Imm(4), tmp)
+	ADDQ(xk, tmp)
+	m.loadKey(Mem{Base: tmp}, k)
+}
+
+// clearVectors zeroes every vector register.
+func (m isa) clearVectors() {
+	if m == sse {
+		for _, r := range xregs {
+			PXOR(r, r)
+		}
+		return
+	}
+	VZEROALL()
+}
+
+func cpuid() {
+	TEXT("cpuidAsm", NOSPLIT, "func(leaf, sub uint32) (a, b, c, d uint32)")
+	Doc("cpuidAsm executes CPUID with EAX=leaf and ECX=sub.")
+	Load(Param("leaf"), EAX)
+	Load(Param("sub"), ECX)
+	CPUID()
+	Store(EAX, ReturnIndex(0))
+	Store(EBX, ReturnIndex(1))
+	Store(ECX, ReturnIndex(2))
+	Store(EDX, ReturnIndex(3))
+	RET()
+}
+
+func subWord() {
+	TEXT("subWordAsm", NOSPLIT, "func(w uint32) uint32")
+	Doc("subWordAsm applies the AES S-box to each byte of w, in constant time.")
+	Load(Param("w"), EAX)
+	MOVD(EAX, X0)
+	PSHUFD(Imm(0), X0, X0)
+	AESKEYGENASSIST(Imm(0), X0, X0)
+	MOVD(X0, EAX)
+	PXOR(X0, X0)
+	Store(EAX, ReturnIndex(0))
+	RET()
+}
+
+func invMixColumns() {
+	TEXT("invMixColumnsAsm", NOSPLIT, "func(dst, src *[16]byte)")
+	Pragma("noescape")
+	Doc("invMixColumnsAsm writes AESIMC(src) to dst.")
+	d := Load(Param("dst"), RDI)
+	s := Load(Param("src"), RSI)
+	MOVOU(Mem{Base: s}, X0)
+	AESIMC(X0, X0)
+	MOVOU(X0, Mem{Base: d})
+	PXOR(X0, X0)
+	RET()
+}
+
+// blockFunc emits a single-block encryption or decryption with a schedule
+// laid out as described in the package comment. Used by tests.
+func blockFunc(name string, dec bool) {
+	TEXT(name, NOSPLIT, "func(nr int, xk *byte, dst, src *byte)")
+	Pragma("noescape")
+	if dec {
+		Doc(name + " decrypts one block with the decryption schedule xk.")
+	} else {
+		Doc(name + " encrypts one block with the encryption schedule xk.")
+	}
+	nr := Load(Param("nr"), RAX)
+	xk := Load(Param("xk"), RBX)
+	d := Load(Param("dst"), RDI)
+	s := Load(Param("src"), RSI)
+	op, last := opEnc, opEncLast
+	if dec {
+		op, last = opDec, opDecLast
+	}
+	MOVOU(Mem{Base: s}, X0)
+	MOVOU(Mem{Base: xk}, X1)
+	PXOR(X1, X0)
+	sse.rounds(op, nr.(GPPhysical), xk.(GPPhysical), X1, []VecPhysical{X0})
+	sse.lastKey(nr.(GPPhysical), xk.(GPPhysical), RCX, X1)
+	sse.aes(last, X1, X0)
+	MOVOU(X0, Mem{Base: d})
+	PXOR(X0, X0)
+	PXOR(X1, X1)
+	RET()
+}
+
+// laneMem addresses the lane at base + v*ss + disp, v in 0..7, with r1, r3,
+// r5, r7 = 1, 3, 5, 7 times ss.
+func laneMem(base, r1, r3, r5, r7 GPPhysical, v, disp int) Mem {
+	m := Mem{Base: base, Disp: disp}
+	switch v {
+	case 0:
+	case 1:
+		m.Index, m.Scale = r1, 1
+	case 2:
+		m.Index, m.Scale = r1, 2
+	case 3:
+		m.Index, m.Scale = r3, 1
+	case 4:
+		m.Index, m.Scale = r1, 4
+	case 5:
+		m.Index, m.Scale = r5, 1
+	case 6:
+		m.Index, m.Scale = r3, 2
+	case 7:
+		m.Index, m.Scale = r7, 1
+	default:
+		panic("lane out of range")
+	}
+	return m
+}
+
+const encSig = "func(nr int, xk *byte, ivnr int, ivxk *byte, dst, src *byte, first, step uint64, ss int)"
+
+// encLanes emits a CBC encryption of exactly V (xmm) or 2V (ymm) sectors
+// of ss bytes each, side by side, with fused ESSIV IVs.
+//
+// Registers: AX nr, BX xk, CX src lanes 0.., DX dst lanes 0.., SI/DI src/dst
+// lanes V.. (ymm), R8/R9/R10/R11 = 1/3/5/7 times ss, R12 block counter,
+// R13 scratch. Vectors: states 0..V-1, key 8, temps 9..13, k0^k[nr] 14,
+// k[nr] 15.
+func encLanes(name string, V int, m isa) {
+	TEXT(name, 0, encSig)
+	Pragma("noescape")
+	lanes := V
+	if m == avxY {
+		lanes = 2 * V
+	}
+	Doc(fmt.Sprintf("%s encrypts %d consecutive sectors of ss bytes with AES-CBC,", name, lanes),
+		"the IV of sector j being AES_ivxk(le64(first + j*step) || 0).")
+	width := m.width()
+	tslots := AllocLocal(V * width)
+	states := make([]VecPhysical, V)
+	for i := range states {
+		states[i] = m.reg(i)
+	}
+	key := m.reg(8)
+	temps := []VecPhysical{m.reg(9), m.reg(10), m.reg(11), m.reg(12), m.reg(13)}
+	kfold, klast := m.reg(14), m.reg(15)
+	tempSeq := 0
+	temp := func() VecPhysical {
+		tempSeq++
+		return temps[tempSeq%len(temps)]
+	}
+
+	// ESSIV IVs: state v = sector first+v*step (low lane), first+(v+V)*step
+	// (high lane, ymm).
+	Comment("ESSIV IVs")
+	first := Load(Param("first"), R14).(GPPhysical)
+	step := Load(Param("step"), R15).(GPPhysical)
+	ivnr := Load(Param("ivnr"), R12).(GPPhysical)
+	ivxk := Load(Param("ivxk"), R13).(GPPhysical)
+	sector := func(j int, dst GPPhysical) {
+		MOVQ(step, dst)
+		if j != 1 {
+			IMUL3Q(Imm(uint64(j)), dst, dst)
+		}
+		ADDQ(first, dst)
+	}
+	for v := 0; v < V; v++ {
+		if v == 0 {
+			MOVQ(first, RAX)
+		} else {
+			sector(v, RAX)
+		}
+		if m == sse {
+			MOVQ(RAX, xregs[v])
+		} else {
+			VMOVQ(RAX, xregs[v])
+		}
+		if m == avxY {
+			sector(v+V, RBX)
+			t := temp()
+			VMOVQ(RBX, xregs[int(t.PhysicalIndex())])
+			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], states[v], states[v])
+		}
+	}
+	m.loadKey(Mem{Base: ivxk}, key)
+	for _, s := range states {
+		m.xor(key, s)
+	}
+	m.rounds(opEnc, ivnr, ivxk, key, states)
+	m.lastKey(ivnr, ivxk, RAX, key)
+	for _, s := range states {
+		m.aes(opEncLast, key, s)
+	}
+
+	Comment("Bulk key and lane pointers")
+	nr := Load(Param("nr"), RAX).(GPPhysical)
+	xk := Load(Param("xk"), RBX).(GPPhysical)
+	src := Load(Param("src"), RCX).(GPPhysical)
+	dst := Load(Param("dst"), RDX).(GPPhysical)
+	r1 := Load(Param("ss"), R8).(GPPhysical)
+	r3, r5, r7 := R9, R10, R11
+	LEAQ(Mem{Base: r1, Index: r1, Scale: 2}, r3)
+	LEAQ(Mem{Base: r1, Index: r1, Scale: 4}, r5)
+	LEAQ(Mem{Base: r3, Index: r1, Scale: 4}, r7)
+	srcHi, dstHi := RSI, RDI
+	if m == avxY {
+		IMUL3Q(Imm(uint64(V)), r1, srcHi)
+		MOVQ(srcHi, dstHi)
+		ADDQ(src, srcHi)
+		ADDQ(dst, dstHi)
+	}
+	blocks := R12
+	MOVQ(r1, blocks)
+	SHRQ(Imm(4), blocks)
+
+	m.lastKey(nr, xk, R13, klast)
+	m.loadKey(Mem{Base: xk}, key)
+	if m == sse {
+		MOVO(klast, kfold)
+		PXOR(key, kfold)
+	} else {
+		VPXOR(key, klast, kfold)
+	}
+
+	// gather loads block disp/16 of every lane of vector v into r.
+	gather := func(v, disp int, r VecPhysical) {
+		switch m {
+		case sse:
+			MOVOU(laneMem(src, r1, r3, r5, r7, v, disp), r)
+		case avxY:
+			x := xregs[int(r.PhysicalIndex())]
+			VMOVDQU(laneMem(src, r1, r3, r5, r7, v, disp), x)
+			VINSERTI128(Imm(1), laneMem(srcHi, r1, r3, r5, r7, v, disp), r, r)
+		}
+	}
+	scatter := func(v int, r VecPhysical) {
+		switch m {
+		case sse:
+			MOVOU(r, laneMem(dst, r1, r3, r5, r7, v, 0))
+		case avxY:
+			x := xregs[int(r.PhysicalIndex())]
+			VMOVDQU(x, laneMem(dst, r1, r3, r5, r7, v, 0))
+			VEXTRACTI128(Imm(1), r, laneMem(dstHi, r1, r3, r5, r7, v, 0))
+		}
+	}
+	// prepNext stores P[disp/16] ^ k0 ^ k[nr] of vector v into its slot.
+	prepNext := func(v, disp int) {
+		t := temp()
+		gather(v, disp, t)
+		m.xor(kfold, t)
+		m.store(t, tslots.Offset(v*width))
+	}
+	advance := func() {
+		ADDQ(Imm(16), src)
+		ADDQ(Imm(16), dst)
+		if m == avxY {
+			ADDQ(Imm(16), srcHi)
+			ADDQ(Imm(16), dstHi)
+		}
+	}
+
+	Comment("Block 0: state = IV ^ P[0] ^ k0")
+	for v := 0; v < V; v++ {
+		t := temp()
+		gather(v, 0, t)
+		m.xor(t, states[v])
+		m.xor(key, states[v])
+	}
+	final := newLabel("enc_final")
+	loop := newLabel("enc_loop")
+	lastIter := newLabel("enc_last_iter")
+	CMPQ(blocks, Imm(1))
+	JE(LabelRef(final))
+	for v := 0; v < V; v++ {
+		prepNext(v, 16)
+	}
+	SUBQ(Imm(2), blocks)
+
+	body := func(loadNext bool) {
+		m.rounds(opEnc, nr, xk, key, states)
+		for v := 0; v < V; v++ {
+			t := temp()
+			m.load(tslots.Offset(v*width), t)
+			m.aes(opEncLast, t, states[v])
+			m.xor(states[v], t)
+			m.xor(klast, t)
+			scatter(v, t)
+			if loadNext {
+				prepNext(v, 32)
+			}
+		}
+		advance()
+	}
+
+	Label(loop)
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(lastIter))
+	body(true)
+	DECQ(blocks)
+	JMP(LabelRef(loop))
+
+	Label(lastIter)
+	body(false)
+
+	Label(final)
+	m.rounds(opEnc, nr, xk, key, states)
+	for v := 0; v < V; v++ {
+		m.aes(opEncLast, klast, states[v])
+		scatter(v, states[v])
+	}
+
+	Comment("Clear the stack slots and vector registers")
+	m.clearVectors()
+	for v := 0; v < V; v++ {
+		m.store(m.reg(0), tslots.Offset(v*width))
+	}
+	RET()
+}
+
+const decSig = "func(nr int, xk *byte, ivnr int, ivxk *byte, dst, src *byte, first, step uint64, ss, n int)"
+
+// decSectors emits a CBC decryption of n consecutive sectors of ss bytes
+// with fused ESSIV IVs, computed in chunks of 8 (xmm) or 16 (ymm) sectors
+// into a stack buffer.
+//
+// Registers: AX nr, BX xk (decryption schedule), CX src, DX dst, SI ivnr,
+// DI ivxk, R8 next sector number, R9 step, R10 ss, R11 sectors left,
+// R12 sectors left in the chunk, R13 blocks left in the sector, R14 and
+// R15 scratch (R15 = IV buffer offset while decrypting). Vectors: states
+// 0..7, key 8, temps 9 and 12..15, carried ciphertext 10, last key 11.
+func decSectors(name string, m isa) {
+	TEXT(name, 0, decSig)
+	Pragma("noescape")
+	Doc(name+" decrypts n consecutive sectors of ss bytes with AES-CBC,",
+		"the IV of sector j being AES_ivxk(le64(first + j*step) || 0).")
+	const V = 8
+	width := m.width()
+	chunk := V * width / 16
+	ivbuf := AllocLocal(V * width)
+	states := make([]VecPhysical, V)
+	for i := range states {
+		states[i] = m.reg(i)
+	}
+	key := m.reg(8)
+	temps := []VecPhysical{m.reg(9), m.reg(12), m.reg(13), m.reg(14), m.reg(15)}
+	carry, klast := m.reg(10), m.reg(11)
+	tempSeq := 0
+	temp := func() VecPhysical {
+		tempSeq++
+		return temps[tempSeq%len(temps)]
+	}
+
+	nr := Load(Param("nr"), RAX).(GPPhysical)
+	xk := Load(Param("xk"), RBX).(GPPhysical)
+	ivnr := Load(Param("ivnr"), RSI).(GPPhysical)
+	ivxk := Load(Param("ivxk"), RDI).(GPPhysical)
+	dst := Load(Param("dst"), RDX).(GPPhysical)
+	src := Load(Param("src"), RCX).(GPPhysical)
+	first := Load(Param("first"), R8).(GPPhysical)
+	step := Load(Param("step"), R9).(GPPhysical)
+	ss := Load(Param("ss"), R10).(GPPhysical)
+	left := Load(Param("n"), R11).(GPPhysical)
+	inChunk, blocks, t1, t2 := R12, R13, R14, R15
+
+	m.lastKey(nr, xk, t1, klast)
+
+	chunkLoop := newLabel("dec_chunk")
+	done := newLabel("dec_done")
+	Label(chunkLoop)
+	TESTQ(left, left)
+	JZ(LabelRef(done))
+
+	Comment("ESSIV IVs of the next chunk")
+	sector := func(j int, r GPPhysical) {
+		MOVQ(step, r)
+		if j != 1 {
+			IMUL3Q(Imm(uint64(j)), r, r)
+		}
+		ADDQ(first, r)
+	}
+	for v := 0; v < V; v++ {
+		lo := v
+		if m == avxY {
+			lo = 2 * v
+		}
+		if lo == 0 {
+			MOVQ(first, t1)
+		} else {
+			sector(lo, t1)
+		}
+		if m == sse {
+			MOVQ(t1, xregs[v])
+		} else {
+			VMOVQ(t1, xregs[v])
+		}
+		if m == avxY {
+			sector(lo+1, t2)
+			t := temp()
+			VMOVQ(t2, xregs[int(t.PhysicalIndex())])
+			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], states[v], states[v])
+		}
+	}
+	m.loadKey(Mem{Base: ivxk}, key)
+	for _, s := range states {
+		m.xor(key, s)
+	}
+	m.rounds(opEnc, ivnr, ivxk, key, states)
+	m.lastKey(ivnr, ivxk, t1, key)
+	for v, s := range states {
+		m.aes(opEncLast, key, s)
+		m.store(s, ivbuf.Offset(v*width))
+	}
+	MOVQ(step, t1)
+	IMUL3Q(Imm(uint64(chunk)), t1, t1)
+	ADDQ(t1, first)
+	MOVQ(U32(chunk), inChunk)
+	CMPQ(left, inChunk)
+	CMOVQLT(left, inChunk)
+	SUBQ(inChunk, left)
+	XORQ(t2, t2)
+
+	sectorLoop := newLabel("dec_sector")
+	bigLoop := newLabel("dec_big")
+	tailLoop := newLabel("dec_tail")
+	sectorDone := newLabel("dec_sector_done")
+	perIter := V * width / 16 // blocks per main iteration
+
+	Label(sectorLoop)
+	carryX := xregs[int(carry.PhysicalIndex())]
+	if m == sse {
+		MOVOU(ivbuf.Idx(t2, 1), carryX)
+	} else {
+		VMOVDQU(ivbuf.Idx(t2, 1), carryX)
+	}
+	MOVQ(ss, blocks)
+	SHRQ(Imm(4), blocks)
+
+	Label(bigLoop)
+	CMPQ(blocks, Imm(uint64(perIter)))
+	JB(LabelRef(tailLoop))
+	for v, s := range states {
+		m.load(Mem{Base: src, Disp: v * width}, s)
+	}
+	m.loadKey(Mem{Base: xk}, key)
+	for _, s := range states {
+		m.xor(key, s)
+	}
+	m.rounds(opDec, nr, xk, key, states)
+	for v, s := range states {
+		t := temp()
+		switch {
+		case v == 0 && m == avxY:
+			VINSERTI128(Imm(1), Mem{Base: src}, carry, t)
+		case v == 0:
+			MOVO(carry, t)
+		default:
+			m.load(Mem{Base: src, Disp: v*width - 16}, t)
+		}
+		m.xor(klast, t)
+		m.aes(opDecLast, t, s)
+	}
+	if m == sse {
+		MOVOU(Mem{Base: src, Disp: V*width - 16}, carryX)
+	} else {
+		VMOVDQU(Mem{Base: src, Disp: V*width - 16}, carryX)
+	}
+	for v, s := range states {
+		m.store(s, Mem{Base: dst, Disp: v * width})
+	}
+	ADDQ(U32(V*width), src)
+	ADDQ(U32(V*width), dst)
+	SUBQ(Imm(uint64(perIter)), blocks)
+	JMP(LabelRef(bigLoop))
+
+	Comment("Remaining blocks of the sector, one at a time")
+	x := isa(avxX)
+	if m == sse {
+		x = sse
+	}
+	Label(tailLoop)
+	TESTQ(blocks, blocks)
+	JZ(LabelRef(sectorDone))
+	{
+		s, k, t := X0, X8, X9
+		x.load(Mem{Base: src}, s)
+		x.loadKey(Mem{Base: xk}, k)
+		x.xor(k, s)
+		x.rounds(opDec, nr, xk, k, []VecPhysical{s})
+		if x == sse {
+			MOVO(carryX, t)
+			PXOR(xregs[int(klast.PhysicalIndex())], t)
+		} else {
+			VPXOR(xregs[int(klast.PhysicalIndex())], carryX, t)
+		}
+		x.aes(opDecLast, t, s)
+		x.load(Mem{Base: src}, carryX)
+		x.store(s, Mem{Base: dst})
+	}
+	ADDQ(Imm(16), src)
+	ADDQ(Imm(16), dst)
+	DECQ(blocks)
+	JMP(LabelRef(tailLoop))
+
+	Label(sectorDone)
+	ADDQ(Imm(16), t2)
+	DECQ(inChunk)
+	JNZ(LabelRef(sectorLoop))
+	JMP(LabelRef(chunkLoop))
+
+	Label(done)
+	Comment("Clear the IV buffer and vector registers")
+	m.clearVectors()
+	for v := 0; v < V; v++ {
+		m.store(m.reg(0), ivbuf.Offset(v*width))
+	}
+	RET()
+}
