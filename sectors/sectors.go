@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"runtime"
 	"strconv"
 	"sync"
@@ -303,7 +304,7 @@ func readFull(src io.ReaderAt, holes *holeFinder, buf []byte, off int64) error {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			return &IOError{Op: "read input", Offset: off + int64(m), Err: err}
+			return &IOError{Op: "read input", Offset: off + int64(m), Err: unwrapPath(err)}
 		}
 		buf, off = buf[n:], off+int64(n)
 	}
@@ -383,7 +384,16 @@ func writeFull(dst io.WriterAt, buf []byte, off int64) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return &IOError{Op: "write output", Offset: off + int64(n), Err: err}
+		return &IOError{Op: "write output", Offset: off + int64(n), Err: unwrapPath(err)}
 	}
 	return nil
+}
+
+// unwrapPath drops the *fs.PathError an *os.File adds ("write /path: ..."):
+// IOError already says what failed where, and the caller knows the path.
+func unwrapPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
 }

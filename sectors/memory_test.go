@@ -1,0 +1,147 @@
+package sectors
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestMemoryBound runs 256 MiB through the pipeline and checks the number of
+// chunk buffers (by instrumenting the pool) and the bytes the heap allocated,
+// also when one early chunk is slow or the writer is slow, so that the reader
+// and the other workers would run ahead if nothing stopped them.
+func TestMemoryBound(t *testing.T) {
+	const (
+		total = 256 << 20
+		chunk = 1 << 20
+	)
+	slowFirst := func(d, s []byte, first uint64) {
+		if first == 2*chunk/UnitSize {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	cases := []struct {
+		name string
+		jobs int
+		t    Transform
+		dst  interface {
+			WriteAt([]byte, int64) (int, error)
+		}
+	}{
+		{"jobs=1", 1, func(d, s []byte, _ uint64) {}, discardWriter{}},
+		{"jobs=2", 2, func(d, s []byte, _ uint64) {}, discardWriter{}},
+		{"jobs=4/slow chunk", 4, slowFirst, discardWriter{}},
+		{"jobs=3/slow writer", 3, func(d, s []byte, _ uint64) {}, &slowWriter{delay: 200 * time.Microsecond}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var st stats
+			var ms0, ms1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms0)
+			var last int64
+			o := Options{Jobs: tc.jobs, ChunkSize: chunk, Progress: func(n int64) { last = n }}
+			if err := run(context.Background(), tc.dst, zeroReader{}, []Extent{{Length: total}}, tc.t, o, &st); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&ms1)
+			if last != total {
+				t.Errorf("progress ended at %d, want %d", last, total)
+			}
+			limit := 2*tc.jobs + 2
+			if st.buffers > limit {
+				t.Errorf("%d chunk buffers, want <= 2*Jobs+2 = %d", st.buffers, limit)
+			}
+			if st.buffers < min(tc.jobs+1, limit) {
+				t.Errorf("only %d chunk buffers: the pipeline cannot keep %d workers busy", st.buffers, tc.jobs)
+			}
+			alloc := ms1.TotalAlloc - ms0.TotalAlloc
+			if alloc > uint64(limit*chunk+256<<10) {
+				t.Errorf("allocated %d bytes for a %d-byte run, want <= %d", alloc, total, limit*chunk+256<<10)
+			}
+			t.Logf("%d buffers, %d bytes allocated", st.buffers, alloc)
+		})
+	}
+}
+
+// TestNoAllocsPerChunk compares the allocations of a run of 16 chunks and of
+// 1024 chunks: the difference is what the steady state allocates per chunk.
+func TestNoAllocsPerChunk(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage counters distort allocation counts")
+	}
+	const chunk = 4096
+	allocs := func(chunks int) float64 {
+		extents := []Extent{{Length: int64(chunks) * chunk}}
+		var calls int
+		o := Options{Jobs: 2, ChunkSize: chunk, Progress: func(int64) { calls++ }, Sparse: true}
+		a := testing.AllocsPerRun(20, func() {
+			if err := Run(context.Background(), discardWriter{}, zeroReader{}, extents, xorFast, o); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if calls != 21*chunks {
+			t.Fatalf("progress called %d times, want %d", calls, 21*chunks)
+		}
+		return a
+	}
+	small, large := allocs(16), allocs(1024)
+	t.Logf("allocations per run: %v for 16 chunks, %v for 1024 chunks", small, large)
+	if perChunk := (large - small) / (1024 - 16); perChunk > 0.01 {
+		t.Errorf("%.3f allocations per chunk, want 0", perChunk)
+	}
+}
+
+// xorFast is a cheap transform that touches every byte, for benchmarks.
+func xorFast(dst, src []byte, first uint64) {
+	var key [UnitSize]byte
+	key[0] = byte(first)
+	for i := 0; i < len(src); i += UnitSize {
+		subtle.XORBytes(dst[i:i+UnitSize], src[i:i+UnitSize], key[:])
+	}
+}
+
+// BenchmarkRun measures the pipeline overhead: Run from a zero reader to a
+// discarding writer, against the same transform called in a plain loop over
+// one buffer (which also skips the read copy).
+func BenchmarkRun(b *testing.B) {
+	const (
+		total = 64 << 20
+		chunk = 1 << 20
+	)
+	transforms := []struct {
+		name string
+		t    Transform
+	}{
+		{"identity", func(d, s []byte, _ uint64) {}},
+		{"xor", xorFast},
+	}
+	for _, tr := range transforms {
+		b.Run(tr.name+"/loop", func(b *testing.B) {
+			buf := make([]byte, chunk)
+			b.SetBytes(total)
+			b.ReportAllocs()
+			for b.Loop() {
+				for off := 0; off < total; off += chunk {
+					clear(buf) // what zeroReader does
+					tr.t(buf, buf, uint64(off/UnitSize))
+				}
+			}
+		})
+		for _, jobs := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/jobs=%d", tr.name, jobs), func(b *testing.B) {
+				o := Options{Jobs: jobs, ChunkSize: chunk}
+				b.SetBytes(total)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := Run(context.Background(), discardWriter{}, zeroReader{}, []Extent{{Length: total}}, tr.t, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
