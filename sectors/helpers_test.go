@@ -1,6 +1,8 @@
 package sectors
 
 import (
+	"crypto/subtle"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"runtime"
@@ -107,6 +109,17 @@ func xorKey(s uint64, j int) byte {
 func xorSectors(dst, src []byte, firstSector uint64) {
 	for i := range src {
 		dst[i] = src[i] ^ xorKey(firstSector+uint64(i/UnitSize), i%UnitSize)
+	}
+}
+
+// stampSectors XORs the little-endian sector number of each 512-byte unit
+// into its first 8 bytes: a cheap sector-dependent transform for large runs.
+func stampSectors(dst, src []byte, firstSector uint64) {
+	var key [8]byte
+	for i := 0; i < len(src); i += UnitSize {
+		binary.LittleEndian.PutUint64(key[:], firstSector+uint64(i/UnitSize))
+		copy(dst[i:i+UnitSize], src[i:i+UnitSize])
+		subtle.XORBytes(dst[i:i+8], src[i:i+8], key[:])
 	}
 }
 

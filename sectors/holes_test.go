@@ -140,7 +140,7 @@ func TestHolesNotRead(t *testing.T) {
 
 	dst := &memWriter{buf: make([]byte, size)}
 	before := readChars(t)
-	if err := Run(context.Background(), dst, f, extents, xorSectors, Options{Jobs: 2}); err != nil {
+	if err := Run(context.Background(), dst, f, extents, stampSectors, Options{Jobs: 2}); err != nil {
 		t.Fatal(err)
 	}
 	read := readChars(t) - before
@@ -154,7 +154,7 @@ func TestHolesNotRead(t *testing.T) {
 			want[i] = genByte(i)
 		}
 	}
-	xorSectors(want, want, 3)
+	stampSectors(want, want, 3)
 	if !bytes.Equal(dst.buf, want) {
 		t.Fatal("output differs from the transform of the input")
 	}
@@ -163,7 +163,7 @@ func TestHolesNotRead(t *testing.T) {
 	// which shows that the counter sees these reads.
 	before = readChars(t)
 	hidden := struct{ io.ReaderAt }{f}
-	if err := Run(context.Background(), discardWriter{}, hidden, extents, xorSectors, Options{Jobs: 2}); err != nil {
+	if err := Run(context.Background(), discardWriter{}, hidden, extents, stampSectors, Options{Jobs: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if read := readChars(t) - before; read < size {
@@ -329,7 +329,7 @@ func TestNoAllocsPerChunkFile(t *testing.T) {
 	allocs := func(chunks int) float64 {
 		extents := []Extent{{Length: int64(chunks) * chunk}}
 		return testing.AllocsPerRun(10, func() {
-			if err := Run(context.Background(), discardWriter{}, f, extents, xorSectors, Options{Jobs: 2, ChunkSize: chunk}); err != nil {
+			if err := Run(context.Background(), discardWriter{}, f, extents, stampSectors, Options{Jobs: 2, ChunkSize: chunk}); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -215,8 +215,8 @@ func TestWriteError(t *testing.T) {
 	base := runtime.NumGoroutine()
 	for _, limit := range []int64{0, 1 << 20, 3<<20 + 4096} {
 		w := &failWriter{limit: 100<<20 + limit}
-		extents := []Extent{{SrcOffset: 0, DstOffset: 100 << 20, Length: 64 << 20}}
-		err := Run(context.Background(), w, zeroReader{}, extents, xorSectors, Options{Jobs: 2})
+		extents := []Extent{{SrcOffset: 0, DstOffset: 100 << 20, Length: 16 << 20}}
+		err := Run(context.Background(), w, zeroReader{}, extents, stampSectors, Options{Jobs: 2})
 		var ioe *IOError
 		if !errors.As(err, &ioe) || !errors.Is(err, syscall.ENOSPC) {
 			t.Fatalf("limit %d: err = %v, want *IOError wrapping ENOSPC", limit, err)
@@ -253,7 +253,7 @@ func (r failReader) ReadAt(p []byte, off int64) (int, error) {
 func TestReadError(t *testing.T) {
 	base := runtime.NumGoroutine()
 	extents := []Extent{{SrcOffset: 512, DstOffset: 0, Length: 32 << 20}}
-	err := Run(context.Background(), discardWriter{}, failReader{bad: 5<<20 + 12345}, extents, xorSectors, Options{Jobs: 2})
+	err := Run(context.Background(), discardWriter{}, failReader{bad: 5<<20 + 12345}, extents, stampSectors, Options{Jobs: 2})
 	var ioe *IOError
 	if !errors.As(err, &ioe) || !errors.Is(err, syscall.EIO) || ioe.Op != "read input" || ioe.Offset != 5<<20+12345 {
 		t.Fatalf("err = %#v, want read input IOError at %d wrapping EIO", err, 5<<20+12345)
