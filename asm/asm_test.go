@@ -50,7 +50,7 @@ func checkImpl(t *testing.T, impl Impl, k, ivk *Schedule, src []byte, first uint
 	dst := buf[align : align+n]
 	impl.Encrypt(k, ivk, dst, src, first, ss)
 	if !bytes.Equal(dst, want) {
-		t.Fatalf("%s encrypt (separate, align %d) differs from generic at byte %d", impl.Name, align, firstDiff(dst, want))
+		t.Fatalf("%s encrypt (separate, align %d) differs from generic at byte %d", impl.Name, align, diffIndex(dst, want))
 	}
 	if buf[align+n] != 0 || (align > 0 && buf[align-1] != 0) {
 		t.Fatalf("%s encrypt wrote outside dst", impl.Name)
@@ -58,25 +58,25 @@ func checkImpl(t *testing.T, impl Impl, k, ivk *Schedule, src []byte, first uint
 	back := make([]byte, n)
 	impl.Decrypt(k, ivk, back, dst, first, ss)
 	if !bytes.Equal(back, src) {
-		t.Fatalf("%s decrypt (separate) differs from the plaintext at byte %d", impl.Name, firstDiff(back, src))
+		t.Fatalf("%s decrypt (separate) differs from the plaintext at byte %d", impl.Name, diffIndex(back, src))
 	}
 
 	inplace := buf[align : align+n]
 	copy(inplace, src)
 	impl.Encrypt(k, ivk, inplace, inplace, first, ss)
 	if !bytes.Equal(inplace, want) {
-		t.Fatalf("%s encrypt (in place) differs from generic at byte %d", impl.Name, firstDiff(inplace, want))
+		t.Fatalf("%s encrypt (in place) differs from generic at byte %d", impl.Name, diffIndex(inplace, want))
 	}
 	impl.Decrypt(k, ivk, inplace, inplace, first, ss)
 	if !bytes.Equal(inplace, src) {
-		t.Fatalf("%s decrypt (in place) differs from the plaintext at byte %d", impl.Name, firstDiff(inplace, src))
+		t.Fatalf("%s decrypt (in place) differs from the plaintext at byte %d", impl.Name, diffIndex(inplace, src))
 	}
 	if buf[align+n] != 0 || (align > 0 && buf[align-1] != 0) {
 		t.Fatalf("%s wrote outside the in-place buffer", impl.Name)
 	}
 }
 
-func firstDiff(a, b []byte) int {
+func diffIndex(a, b []byte) int {
 	for i := range a {
 		if a[i] != b[i] {
 			return i
