@@ -182,7 +182,7 @@ func (im *Image) checkData(off, n int64) error {
 		return corruptf("data at %#x (%d bytes) beyond end of file", off, n)
 	}
 	if s, ok := overlaps(im.meta, off, off+n); ok {
-		return corruptf("data at %#x overlaps metadata at %#x", off, s.off)
+		return corruptf("data at %#x overlaps the %s at %#x", off, s.what, s.off)
 	}
 	return nil
 }
@@ -209,7 +209,7 @@ func (im *Image) addCompressed(l *extentList, ent []byte, g, n int64) error {
 	}
 	avail := min(csize, im.fileSize-off)
 	if s, ok := overlaps(im.meta, off, off+avail); ok {
-		return corruptf("compressed cluster at %#x overlaps metadata at %#x", off, s.off)
+		return corruptf("compressed cluster at %#x overlaps the %s at %#x", off, s.what, s.off)
 	}
 	l.add(Extent{Kind: Compressed, GuestOffset: g, Length: n, HostOffset: off, CompressedLength: avail})
 	return nil

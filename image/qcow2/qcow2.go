@@ -114,7 +114,10 @@ type Image struct {
 }
 
 // span is a half-open host byte range [off, end).
-type span struct{ off, end int64 }
+type span struct {
+	off, end int64
+	what     string
+}
 
 // IsQcow2 reports whether r starts with the qcow2 magic.
 func IsQcow2(r io.ReaderAt) bool {
@@ -292,7 +295,7 @@ func Open(r io.ReaderAt, fileSize int64) (*Image, error) {
 	}
 
 	// Metadata areas, each checked to be aligned and inside the file.
-	im.meta = append(im.meta, span{0, cs})
+	im.meta = append(im.meta, span{0, cs, "header"})
 	if l1Size > 0 {
 		if l1Off%cs != 0 {
 			return nil, corruptf("l1 table offset %#x not cluster aligned", l1Off)
@@ -300,7 +303,7 @@ func Open(r io.ReaderAt, fileSize int64) (*Image, error) {
 		if !inFile(l1Off, l1Size*8, fileSize) {
 			return nil, corruptf("l1 table at %#x (%d entries) beyond end of file", l1Off, l1Size)
 		}
-		im.meta = append(im.meta, span{l1Off, l1Off + ceilDiv(l1Size*8, cs)*cs})
+		im.meta = append(im.meta, span{l1Off, l1Off + ceilDiv(l1Size*8, cs)*cs, "l1 table"})
 	}
 	if rtRaw > 1<<62 || int64(rtRaw)%cs != 0 {
 		return nil, corruptf("refcount table offset %#x not cluster aligned", rtRaw)
@@ -312,9 +315,12 @@ func Open(r io.ReaderAt, fileSize int64) (*Image, error) {
 	if !inFile(rtOff, rtClusters*cs, fileSize) {
 		return nil, corruptf("refcount table at %#x (%d clusters) beyond end of file", rtOff, rtClusters)
 	}
-	im.meta = append(im.meta, span{rtOff, rtOff + rtClusters*cs})
+	im.meta = append(im.meta, span{rtOff, rtOff + rtClusters*cs, "refcount table"})
 	if im.CryptLength > 0 {
-		im.meta = append(im.meta, span{im.CryptOffset, im.CryptOffset + ceilDiv(im.CryptLength, cs)*cs})
+		im.meta = append(im.meta, span{im.CryptOffset, im.CryptOffset + ceilDiv(im.CryptLength, cs)*cs, "LUKS area"})
+	}
+	if err := sortDisjoint(im.meta); err != nil {
+		return nil, err
 	}
 
 	rt := make([]byte, rtClusters*cs)
@@ -332,9 +338,9 @@ func Open(r io.ReaderAt, fileSize int64) (*Image, error) {
 		if !inFile(int64(e), cs, fileSize) {
 			return nil, corruptf("refcount block offset %#x beyond end of file", e)
 		}
-		im.meta = append(im.meta, span{int64(e), int64(e) + cs})
+		im.meta = append(im.meta, span{int64(e), int64(e) + cs, "refcount block"})
 	}
-	if err := sortDisjoint(im.meta, "metadata"); err != nil {
+	if err := sortDisjoint(im.meta); err != nil {
 		return nil, err
 	}
 
@@ -363,12 +369,12 @@ func Open(r io.ReaderAt, fileSize int64) (*Image, error) {
 				return nil, corruptf("l2 table offset %#x beyond end of file", off)
 			}
 			if s, ok := overlaps(im.meta, off, off+cs); ok {
-				return nil, corruptf("l2 table at %#x overlaps metadata at %#x", off, s.off)
+				return nil, corruptf("l2 table at %#x overlaps the %s at %#x", off, s.what, s.off)
 			}
 			im.l1[i] = uint64(off)
-			l2 = append(l2, span{off, off + cs})
+			l2 = append(l2, span{off, off + cs, "l2 table"})
 		}
-		if err := sortDisjoint(l2, "l2 table"); err != nil {
+		if err := sortDisjoint(l2); err != nil {
 			return nil, err
 		}
 		im.meta = mergeSpans(im.meta, l2)
@@ -429,7 +435,7 @@ func (im *Image) parseExtensions(hdr []byte, headerLen int64) error {
 }
 
 // sortDisjoint sorts s by offset and fails if two spans overlap.
-func sortDisjoint(s []span, what string) error {
+func sortDisjoint(s []span) error {
 	slices.SortFunc(s, func(a, b span) int {
 		switch {
 		case a.off < b.off:
@@ -441,7 +447,7 @@ func sortDisjoint(s []span, what string) error {
 	})
 	for i := 1; i < len(s); i++ {
 		if s[i].off < s[i-1].end {
-			return corruptf("%s at %#x overlaps metadata at %#x", what, s[i].off, s[i-1].off)
+			return corruptf("%s at %#x overlaps the %s at %#x", s[i].what, s[i].off, s[i-1].what, s[i-1].off)
 		}
 	}
 	return nil
