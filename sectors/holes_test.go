@@ -39,9 +39,6 @@ func sparseFile(t *testing.T, size int64, data ...[2]int64) *os.File {
 			t.Fatal(err)
 		}
 	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	return f
 }
 
