@@ -9,7 +9,10 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-//go:generate go run gen_arm64.go
+// Regenerate cbc_arm64.s and cbc_arm64_stubs.go with GOARCH=arm64 go generate ./asm
+// (the generator itself runs on the host architecture).
+//
+//go:generate env -u GOARCH go run gen_arm64.go
 
 // # arm64 key layout
 //
