@@ -26,13 +26,16 @@ import (
 // ceImpl is the ARMv8 Crypto Extensions implementation.
 var ceImpl = Impl{Name: "arm64-ce", Encrypt: encryptCE, Decrypt: decryptCE}
 
-// archImpls lists the arm64 kernels this CPU supports, best first.
+// archImpls lists the arm64 kernels this CPU supports, best first. The
+// caller copies the slice.
 func archImpls() []Impl {
 	if cpu.ARM64.HasAES {
-		return []Impl{ceImpl}
+		return ceImpls
 	}
 	return nil
 }
+
+var ceImpls = []Impl{ceImpl}
 
 // expandKey fills s.enc and s.dec from key. The S-box and InvMixColumns
 // come from the AES instructions, not from tables, so the expansion has no
@@ -95,39 +98,64 @@ func checkArgs(dst, src []byte, sectorSize int) int {
 	return len(src) / sectorSize
 }
 
-// encryptCE encrypts 8 sectors at a time in interleaved lanes, then the
-// remaining 1–7 sectors in one call with that many lanes.
+// encryptCE encrypts the batch in groups of up to 8 sectors run side by
+// side in interleaved lanes: CBC encryption is serial within a sector, so
+// only independent sectors can keep the AES units busy.
+//
+// A lane group shorter than the AES pipeline (latency × issue width, about
+// 3–4 blocks on common cores) leaves it partly idle, so when the batch
+// ends in 1–3 leftover sectors after a full group, the last 8+r sectors
+// are split into two groups of 4–6 lanes instead of 8 lanes plus r lanes.
 func encryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
 	n := checkArgs(dst, src, sectorSize)
-	if n == 0 {
-		return
-	}
 	step := uint64(sectorSize / 512)
-	if g := n / 8; g > 0 {
-		encLanes8CE(&k.enc, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0], g, sectorSize, firstSector, step)
-		done := g * 8 * sectorSize
+	full, tail := n/8, n%8
+	last := [2]int{tail, 0}
+	if full > 0 && tail > 0 && tail < 4 {
+		full--
+		last = [2]int{(8 + tail + 1) / 2, (8 + tail) / 2}
+	}
+	if full > 0 {
+		encLanes(8, full, k, ivk, dst, src, firstSector, sectorSize)
+		done := full * 8 * sectorSize
 		dst, src = dst[done:], src[done:]
-		firstSector += uint64(g*8) * step
+		firstSector += uint64(full*8) * step
 	}
-	if n%8 == 0 {
-		return
+	for _, lanes := range last {
+		if lanes == 0 {
+			continue
+		}
+		encLanes(lanes, 1, k, ivk, dst, src, firstSector, sectorSize)
+		done := lanes * sectorSize
+		dst, src = dst[done:], src[done:]
+		firstSector += uint64(lanes) * step
 	}
+}
+
+// encLanes encrypts groups×lanes sectors at the start of src with the
+// kernel for that many lanes.
+func encLanes(lanes, groups int, k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
 	xk, nr, ivxk, ivnr, d, s := &k.enc, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0]
-	switch n % 8 {
+	step := uint64(sectorSize / 512)
+	switch lanes {
 	case 1:
-		encLanes1CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes1CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 2:
-		encLanes2CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes2CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 3:
-		encLanes3CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes3CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 4:
-		encLanes4CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes4CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 5:
-		encLanes5CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes5CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 6:
-		encLanes6CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes6CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
 	case 7:
-		encLanes7CE(xk, nr, ivxk, ivnr, d, s, 1, sectorSize, firstSector, step)
+		encLanes7CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
+	case 8:
+		encLanes8CE(xk, nr, ivxk, ivnr, d, s, groups, sectorSize, firstSector, step)
+	default:
+		panic("asm: internal error: bad lane count")
 	}
 }
 
