@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image"
+)
+
+// exitCode maps an error to cryptimg's exit status, in one place.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case errors.Is(err, header.ErrNoMatchingKeyslot):
+		return exitNoKey
+	case errors.Is(err, header.ErrNotLUKS),
+		errors.Is(err, header.ErrCorrupt),
+		errors.Is(err, image.ErrTruncated):
+		return exitBadImage
+	case errors.As(err, &ue):
+		return exitFailure
+	default:
+		return exitFailure
+	}
+}

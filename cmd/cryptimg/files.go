@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/cryptimg/cryptimg/image"
+)
+
+// openInput opens an existing regular file for reading.
+func openInput(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// checkOutputPath refuses an output that is the input, or that exists
+// without --force, before any secret is asked for.
+func checkOutputPath(in, out string, force bool) error {
+	if image.SameFile(in, out) {
+		return usagef("%s: %w", out, image.ErrSameFile)
+	}
+	if !force {
+		if _, err := os.Lstat(out); err == nil {
+			return usagef("%s: %w (use --force to overwrite)", out, image.ErrExists)
+		}
+	}
+	return nil
+}
+
+// createOutput starts a temporary output file that is removed if the
+// command fails or the process is interrupted. The caller defers
+// done() and calls o.Commit on success.
+func createOutput(g *globalOptions, path string, force bool) (o *image.Output, done func(), err error) {
+	o, err = image.CreateOutput(path, force)
+	if err != nil {
+		return nil, nil, err
+	}
+	unregister := g.cleanup.add(func() { os.Remove(o.TempName()) })
+	return o, func() {
+		o.Abort()
+		unregister()
+	}, nil
+}
+
+// opProgress adapts the image layer's (done, total) callback to a
+// progress reporter, created once the total is known.
+type opProgress struct {
+	g   *globalOptions
+	op  string
+	rep progressReporter
+}
+
+func (g *globalOptions) newProgress(op string) *opProgress { return &opProgress{g: g, op: op} }
+
+func (p *opProgress) update(done, total int64) {
+	if p.rep == nil {
+		mode, err := parseProgressMode(p.g.progress)
+		if err != nil {
+			mode = "none"
+		}
+		p.rep = newProgress(mode, p.g.quiet, p.g.stderr, p.g.stderrIsTerminal(), p.op, total)
+	}
+	p.rep.Update(done)
+}
+
+// finish ends the display; a failed operation gets no final summary line.
+func (p *opProgress) finish(ok bool) {
+	if p.rep != nil && ok {
+		p.rep.Finish()
+	}
+}

@@ -1,0 +1,209 @@
+// Command cryptimg encrypts and decrypts disk image files behind a LUKS1
+// header with aes-cbc-essiv:sha256, without root, device-mapper or kernel
+// support. Its images open with cryptsetup, dm-crypt and qemu, and it opens
+// theirs.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// Exit codes follow cryptsetup's, which scripts already test for. Unknown
+// codes must be treated as failure.
+const (
+	exitOK          = 0
+	exitFailure     = 1 // usage or other error
+	exitNoKey       = 2 // no key slot matched the key
+	exitNoMemory    = 3
+	exitBadImage    = 4 // not LUKS/qcow2, corrupt header, truncated payload
+	exitBusy        = 5
+	exitInterrupted = 130
+)
+
+const exitStatusHelp = `
+EXIT STATUS
+  0    success
+  1    usage error or other failure
+  2    no key slot matched the key
+  4    not an encrypted image, corrupt header or truncated payload
+  130  interrupted (SIGINT or SIGTERM)
+`
+
+// globalOptions are the flags every command shares and the process's
+// streams, so tests can run commands in-process.
+type globalOptions struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	// stdinFile and stderrFile are the real files behind stdin and
+	// stderr, when they are files; used for terminal detection.
+	stdinFile  *os.File
+	stderrFile *os.File
+
+	quiet    bool
+	progress string
+	jobs     int
+
+	cleanup *cleanupList
+}
+
+func (g *globalOptions) stderrIsTerminal() bool {
+	return g.stderrFile != nil && term.IsTerminal(int(g.stderrFile.Fd()))
+}
+
+func (g *globalOptions) stdinIsTerminal() bool {
+	return g.stdinFile != nil && term.IsTerminal(int(g.stdinFile.Fd()))
+}
+
+func newRootCommand(g *globalOptions) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cryptimg",
+		Short: "Encrypt and decrypt disk images with LUKS1 aes-cbc-essiv:sha256",
+		Long: `cryptimg encrypts and decrypts disk image files behind a LUKS1 header with
+aes-cbc-essiv:sha256. It needs no root, no device-mapper and no kernel support,
+and its images open with cryptsetup, dm-crypt and qemu.
+
+Secrets are never taken as flag values: use --key-file FILE (- for stdin) or
+type the passphrase at the terminal prompt.
+` + exitStatusHelp,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		DisableAutoGenTag: true,
+		Version:           version(),
+	}
+	root.SetIn(g.stdin)
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	f := root.PersistentFlags()
+	f.BoolVar(&g.quiet, "quiet", false, "print nothing but errors")
+	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
+	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
+	root.AddCommand(
+		newEncryptCommand(g),
+		newDecryptCommand(g),
+		newDumpCommand(g),
+		newVersionCommand(g),
+	)
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes one command line and returns the exit code.
+func run(args []string) int {
+	g := &globalOptions{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		stdinFile: os.Stdin, stderrFile: os.Stderr,
+		cleanup: &cleanupList{},
+	}
+	ctx, stop := signalContext(g)
+	defer stop()
+	return execute(ctx, g, args)
+}
+
+func execute(ctx context.Context, g *globalOptions, args []string) int {
+	if g.cleanup == nil {
+		g.cleanup = &cleanupList{}
+	}
+	root := newRootCommand(g)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if code == exitInterrupted {
+		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
+	} else {
+		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", oneLine(err.Error()))
+	}
+	return code
+}
+
+// signalContext cancels the context on SIGINT or SIGTERM. Commands stop
+// within a second; should one not, the process removes its temporary
+// outputs and exits with 130 anyway.
+func signalContext(g *globalOptions) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-ch; !ok {
+			return
+		}
+		cancel()
+		select {
+		case <-ch:
+		case <-time.After(900 * time.Millisecond):
+		}
+		g.cleanup.run()
+		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
+		os.Exit(exitInterrupted)
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		cancel()
+	}
+}
+
+// cleanupList holds the temporary files to remove if the process has to
+// exit before a command unwinds.
+type cleanupList struct {
+	mu    sync.Mutex
+	next  int
+	funcs map[int]func()
+}
+
+func (c *cleanupList) add(f func()) (remove func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.funcs == nil {
+		c.funcs = map[int]func(){}
+	}
+	id := c.next
+	c.next++
+	c.funcs[id] = f
+	return func() {
+		c.mu.Lock()
+		delete(c.funcs, id)
+		c.mu.Unlock()
+	}
+}
+
+func (c *cleanupList) run() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.funcs {
+		f()
+	}
+	c.funcs = nil
+}
+
+func oneLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// usageError marks errors in how the command was called.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }

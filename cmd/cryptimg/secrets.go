@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/term"
+)
+
+// maxKeyFileSize is cryptsetup's compiled-in key file limit (8192 KiB).
+const maxKeyFileSize = 8192 * 1024
+
+// keyOptions are the cryptsetup-style key flags.
+type keyOptions struct {
+	keyFile       string
+	keyfileOffset int64
+	keyfileSize   int64
+}
+
+func (k *keyOptions) addFlags(cmd interface {
+	StringVarP(*string, string, string, string, string)
+	Int64Var(*int64, string, int64, string)
+}) {
+	cmd.StringVarP(&k.keyFile, "key-file", "d", "", "read the key from FILE as raw bytes (- for stdin); newlines are not stripped")
+	cmd.Int64Var(&k.keyfileOffset, "keyfile-offset", 0, "skip this many bytes at the start of the key file")
+	cmd.Int64Var(&k.keyfileSize, "keyfile-size", 0, "read at most this many bytes of the key file (0 = all)")
+}
+
+var errNoKey = errors.New("no key given: use --key-file FILE (- for stdin), or run on a terminal to be prompted")
+
+// readKey returns the secret from the key file or, with none, from a
+// prompt on the terminal; confirm asks twice, for a new passphrase. The
+// caller clears the returned slice.
+func readKey(g *globalOptions, k keyOptions, prompt string, confirm bool) ([]byte, error) {
+	if k.keyFile != "" {
+		return readKeyFile(g, k)
+	}
+	if k.keyfileOffset != 0 || k.keyfileSize != 0 {
+		return nil, usagef("--keyfile-offset and --keyfile-size need --key-file")
+	}
+	tty, err := openTerminal(g)
+	if err != nil {
+		return nil, errNoKey
+	}
+	defer tty.Close()
+	key, err := promptOnce(tty, prompt)
+	if err != nil {
+		return nil, err
+	}
+	if confirm {
+		again, err := promptOnce(tty, "Verify passphrase: ")
+		if err != nil {
+			clear(key)
+			return nil, err
+		}
+		same := bytes.Equal(key, again)
+		clear(again)
+		if !same {
+			clear(key)
+			return nil, usagef("passphrases do not match")
+		}
+	}
+	return key, nil
+}
+
+func openTerminal(g *globalOptions) (*os.File, error) {
+	if !g.stdinIsTerminal() {
+		return nil, errNoKey
+	}
+	return os.OpenFile("/dev/tty", os.O_RDWR, 0)
+}
+
+func promptOnce(tty *os.File, prompt string) ([]byte, error) {
+	fmt.Fprint(tty, prompt)
+	key, err := term.ReadPassword(int(tty.Fd()))
+	fmt.Fprintln(tty)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read passphrase: %w", err)
+	}
+	if len(key) == 0 {
+		return nil, usagef("empty passphrase")
+	}
+	return key, nil
+}
+
+func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
+	if k.keyfileOffset < 0 || k.keyfileSize < 0 {
+		return nil, usagef("--keyfile-offset and --keyfile-size must not be negative")
+	}
+	var r io.Reader
+	if k.keyFile == "-" {
+		r = g.stdin
+	} else {
+		f, err := os.Open(k.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("failed to open key file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	if k.keyfileOffset > 0 {
+		if _, err := io.CopyN(io.Discard, r, k.keyfileOffset); err != nil {
+			return nil, fmt.Errorf("key file is shorter than --keyfile-offset %d", k.keyfileOffset)
+		}
+	}
+	limit := int64(maxKeyFileSize)
+	if k.keyfileSize > 0 {
+		limit = k.keyfileSize
+	}
+	buf := make([]byte, limit+1)
+	n, err := io.ReadFull(r, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		clear(buf)
+		return nil, fmt.Errorf("failed to read key file: %w", err)
+	}
+	if int64(n) > limit {
+		if k.keyfileSize > 0 {
+			n = int(limit)
+		} else {
+			clear(buf)
+			return nil, usagef("key file is larger than %d KiB", maxKeyFileSize/1024)
+		}
+	}
+	if k.keyfileSize > 0 && int64(n) < k.keyfileSize {
+		clear(buf)
+		return nil, usagef("key file is shorter than --keyfile-size %d", k.keyfileSize)
+	}
+	if n == 0 {
+		clear(buf)
+		return nil, usagef("key file is empty")
+	}
+	key := bytes.Clone(buf[:n])
+	clear(buf)
+	return key, nil
+}

@@ -1,0 +1,90 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// ErrExists reports an output path that already exists when overwriting
+// was not asked for.
+var ErrExists = errors.New("output file exists")
+
+// Output is a file being written under a temporary name next to its final
+// path. Nothing appears under the final name until Commit, so an error, a
+// crash or Ctrl-C never leaves a half-written image there.
+type Output struct {
+	*os.File
+	path string
+	tmp  string
+	done bool
+}
+
+// CreateOutput creates the temporary file for path with mode 0600 (an image
+// or a header holds key material). An existing path is refused unless force
+// is set; it is replaced only when Commit succeeds.
+func CreateOutput(path string, force bool) (*Output, error) {
+	if !force {
+		if _, err := os.Lstat(path); err == nil {
+			return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".cryptimg-*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("failed to create output: %w", err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &Output{File: f, path: path, tmp: f.Name()}, nil
+}
+
+// TempName returns the temporary file's path.
+func (o *Output) TempName() string { return o.tmp }
+
+// Commit flushes the file to stable storage, renames it to its final path
+// and syncs the directory.
+func (o *Output) Commit() error {
+	if o.done {
+		return errors.New("image: output already finished")
+	}
+	if err := o.File.Sync(); err != nil {
+		o.Abort()
+		return fmt.Errorf("failed to sync output: %w", err)
+	}
+	if err := o.File.Close(); err != nil {
+		o.Abort()
+		return fmt.Errorf("failed to close output: %w", err)
+	}
+	if err := os.Rename(o.tmp, o.path); err != nil {
+		os.Remove(o.tmp)
+		o.done = true
+		return fmt.Errorf("failed to rename output: %w", err)
+	}
+	o.done = true
+	if d, err := os.Open(filepath.Dir(o.path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Abort closes and removes the temporary file. It is safe to call after
+// Commit, where it does nothing, so callers can defer it.
+func (o *Output) Abort() {
+	if o.done {
+		return
+	}
+	o.done = true
+	o.File.Close()
+	os.Remove(o.tmp)
+}
