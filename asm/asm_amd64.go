@@ -93,16 +93,37 @@ func expandKey(s *Schedule, key []byte) {
 
 type laneFunc func(nr int, xk *byte, ivnr int, ivxk *byte, dst, src *byte, first, step uint64, ss int)
 
-// The lane kernels of each family, widest first, with their sector counts.
+// lanes is one encryption kernel: f processes n sectors side by side.
+// wide lists variants with skewed lane phases, each for sector sizes of at
+// least minSize. With sectors 2 or 4 KiB apart the lanes of f hit the same
+// L1 set at every step and thrash it; skewing the phases by one cache line
+// per register avoids that (see the generator).
+type lanes struct {
+	n    int
+	f    laneFunc
+	wide []sizedLanes
+}
+
+type sizedLanes struct {
+	minSize int
+	f       laneFunc
+}
+
+// The lane kernels of each family, widest first.
 var (
-	vaesLanes = []struct {
-		n int
-		f laneFunc
-	}{{16, encLanes16VAES}, {8, encLanes8VAES}, {4, encLanes4VAES}, {2, encLanes2VAES}, {1, encLanes1AESNI}}
-	aesniLanes = []struct {
-		n int
-		f laneFunc
-	}{{8, encLanes8AESNI}, {4, encLanes4AESNI}, {2, encLanes2AESNI}, {1, encLanes1AESNI}}
+	vaesLanes = []lanes{
+		{16, encLanes16VAES, []sizedLanes{{4096, encSkew4Lanes16VAES}, {2048, encSkew2Lanes16VAES}}},
+		{8, encLanes8VAES, nil},
+		{4, encLanes4VAES, nil},
+		{2, encLanes2VAES, nil},
+		{1, encLanes1AESNI, nil},
+	}
+	aesniLanes = []lanes{
+		{8, encLanes8AESNI, []sizedLanes{{2048, encSkew2Lanes8AESNI}}},
+		{4, encLanes4AESNI, nil},
+		{2, encLanes2AESNI, nil},
+		{1, encLanes1AESNI, nil},
+	}
 )
 
 func checkSectorSize(ss int) {
@@ -121,10 +142,7 @@ func encryptAESNI(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorS
 
 // encryptLanes covers the batch with the widest kernel first, then
 // narrower ones for the tail.
-func encryptLanes(lanes []struct {
-	n int
-	f laneFunc
-}, k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
+func encryptLanes(kernels []lanes, k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
 	checkSectorSize(sectorSize)
 	n := len(src) / sectorSize
 	if n == 0 {
@@ -133,10 +151,17 @@ func encryptLanes(lanes []struct {
 	_ = dst[len(src)-1]
 	step := uint64(sectorSize / 512)
 	i := 0
-	for _, l := range lanes {
+	for _, l := range kernels {
+		f := l.f
+		for _, w := range l.wide {
+			if sectorSize >= w.minSize {
+				f = w.f
+				break
+			}
+		}
 		for n-i >= l.n {
 			off := i * sectorSize
-			l.f(k.rounds, &k.enc[0], ivk.rounds, &ivk.enc[0], &dst[off], &src[off],
+			f(k.rounds, &k.enc[0], ivk.rounds, &ivk.enc[0], &dst[off], &src[off],
 				firstSector+uint64(i)*step, step, sectorSize)
 			i += l.n
 		}

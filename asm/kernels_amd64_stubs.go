@@ -73,6 +73,27 @@ func encLanes4VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte,
 //go:noescape
 func encLanes2VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
 
+// encSkew2Lanes8AESNI encrypts 8 consecutive sectors of ss bytes with AES-CBC,
+// the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the
+// vectors' phases skewed by 2 blocks. ss must be at least 256.
+//
+//go:noescape
+func encSkew2Lanes8AESNI(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
+
+// encSkew2Lanes16VAES encrypts 16 consecutive sectors of ss bytes with AES-CBC,
+// the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the
+// vectors' phases skewed by 2 blocks. ss must be at least 256.
+//
+//go:noescape
+func encSkew2Lanes16VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
+
+// encSkew4Lanes16VAES encrypts 16 consecutive sectors of ss bytes with AES-CBC,
+// the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the
+// vectors' phases skewed by 4 blocks. ss must be at least 480.
+//
+//go:noescape
+func encSkew4Lanes16VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
+
 // decAESNI decrypts n consecutive sectors of ss bytes with AES-CBC,
 // the IV of sector j being AES_ivxk(le64(first + j*step) || 0).
 //

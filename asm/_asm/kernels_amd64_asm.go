@@ -58,6 +58,9 @@ func main() {
 	for _, v := range []int{8, 4, 2, 1} {
 		encLanes(fmt.Sprintf("encLanes%dVAES", 2*v), v, avxY)
 	}
+	encSkewed("encSkew2Lanes8AESNI", sse, 2)
+	encSkewed("encSkew2Lanes16VAES", avxY, 2)
+	encSkewed("encSkew4Lanes16VAES", avxY, 4)
 	decSectors("decAESNI", sse)
 	decSectors("decVAES", avxY)
 
@@ -323,47 +326,7 @@ func encLanes(name string, V int, m isa) {
 		return temps[tempSeq%len(temps)]
 	}
 
-	// ESSIV IVs: state v = sector first+v*step (low lane), first+(v+V)*step
-	// (high lane, ymm).
-	Comment("ESSIV IVs")
-	first := Load(Param("first"), R14).(GPPhysical)
-	step := Load(Param("step"), R15).(GPPhysical)
-	ivnr := Load(Param("ivnr"), R12).(GPPhysical)
-	ivxk := Load(Param("ivxk"), R13).(GPPhysical)
-	sector := func(j int, dst GPPhysical) {
-		MOVQ(step, dst)
-		if j != 1 {
-			IMUL3Q(Imm(uint64(j)), dst, dst)
-		}
-		ADDQ(first, dst)
-	}
-	for v := 0; v < V; v++ {
-		if v == 0 {
-			MOVQ(first, RAX)
-		} else {
-			sector(v, RAX)
-		}
-		if m == sse {
-			MOVQ(RAX, xregs[v])
-		} else {
-			VMOVQ(RAX, xregs[v])
-		}
-		if m == avxY {
-			sector(v+V, RBX)
-			t := temp()
-			VMOVQ(RBX, xregs[int(t.PhysicalIndex())])
-			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], states[v], states[v])
-		}
-	}
-	m.loadKey(Mem{Base: ivxk}, key)
-	for _, s := range states {
-		m.xor(key, s)
-	}
-	m.rounds(opEnc, ivnr, ivxk, key, states)
-	m.lastKey(ivnr, ivxk, RAX, key)
-	for _, s := range states {
-		m.aes(opEncLast, key, s)
-	}
+	encIVs(m, V, states, temp)
 
 	Comment("Bulk key and lane pointers")
 	nr := Load(Param("nr"), RAX).(GPPhysical)
@@ -488,6 +451,52 @@ func encLanes(name string, V int, m isa) {
 		m.store(m.reg(0), tslots.Offset(v*width))
 	}
 	RET()
+}
+
+// encIVs loads the ESSIV IVs of the lanes into states: state v holds sector
+// first+v*step (low lane) and, for ymm, first+(v+V)*step (high lane). It
+// uses R12..R15, AX and BX.
+func encIVs(m isa, V int, states []VecPhysical, temp func() VecPhysical) {
+	key := m.reg(8)
+	Comment("ESSIV IVs")
+	first := Load(Param("first"), R14).(GPPhysical)
+	step := Load(Param("step"), R15).(GPPhysical)
+	ivnr := Load(Param("ivnr"), R12).(GPPhysical)
+	ivxk := Load(Param("ivxk"), R13).(GPPhysical)
+	sector := func(j int, dst GPPhysical) {
+		MOVQ(step, dst)
+		if j != 1 {
+			IMUL3Q(Imm(uint64(j)), dst, dst)
+		}
+		ADDQ(first, dst)
+	}
+	for v := 0; v < V; v++ {
+		if v == 0 {
+			MOVQ(first, RAX)
+		} else {
+			sector(v, RAX)
+		}
+		if m == sse {
+			MOVQ(RAX, xregs[v])
+		} else {
+			VMOVQ(RAX, xregs[v])
+		}
+		if m == avxY {
+			sector(v+V, RBX)
+			t := temp()
+			VMOVQ(RBX, xregs[int(t.PhysicalIndex())])
+			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], states[v], states[v])
+		}
+	}
+	m.loadKey(Mem{Base: ivxk}, key)
+	for _, s := range states {
+		m.xor(key, s)
+	}
+	m.rounds(opEnc, ivnr, ivxk, key, states)
+	m.lastKey(ivnr, ivxk, RAX, key)
+	for _, s := range states {
+		m.aes(opEncLast, key, s)
+	}
 }
 
 const decSig = "func(nr int, xk *byte, ivnr int, ivxk *byte, dst, src *byte, first, step uint64, ss, n int)"
@@ -685,6 +694,212 @@ func decSectors(name string, m isa) {
 	m.clearVectors()
 	for v := 0; v < V; v++ {
 		m.store(m.reg(0), ivbuf.Offset(v*width))
+	}
+	RET()
+}
+
+// encSkewed emits a CBC encryption of exactly 8 (xmm) or 16 (ymm) sectors,
+// like encLanes, but with the vectors' phases skewed: vector v works on
+// block s - skew*v at global step s. With sectors 2 or 4 KiB apart, the
+// lanes of an unskewed kernel all touch the same L1 set at every step
+// (perf ref §3.7); skewed by one cache line per vector, each set holds at
+// most the lines of one vector. Vector v starts skew*v steps late and
+// stops as much later, so a call takes blocks + 7*skew steps. Requires
+// ss >= 16*(7*skew+2).
+//
+// Registers as in encLanes; R12 counts the steps of a phase and R13 holds
+// the number of blocks.
+func encSkewed(name string, m isa, skew int) {
+	const V = 8
+	TEXT(name, 0, encSig)
+	Pragma("noescape")
+	lanes := V
+	if m == avxY {
+		lanes = 2 * V
+	}
+	Doc(fmt.Sprintf("%s encrypts %d consecutive sectors of ss bytes with AES-CBC,", name, lanes),
+		"the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the",
+		fmt.Sprintf("vectors' phases skewed by %d blocks. ss must be at least %d.", skew, 16*(7*skew+2)))
+	width := m.width()
+	tslots := AllocLocal(V * width)
+	states := make([]VecPhysical, V)
+	for i := range states {
+		states[i] = m.reg(i)
+	}
+	key := m.reg(8)
+	temps := []VecPhysical{m.reg(9), m.reg(10), m.reg(11), m.reg(12), m.reg(13)}
+	kfold, klast := m.reg(14), m.reg(15)
+	tempSeq := 0
+	temp := func() VecPhysical {
+		tempSeq++
+		return temps[tempSeq%len(temps)]
+	}
+
+	encIVs(m, V, states, temp)
+
+	Comment("Bulk key and lane pointers")
+	nr := Load(Param("nr"), RAX).(GPPhysical)
+	xk := Load(Param("xk"), RBX).(GPPhysical)
+	src := Load(Param("src"), RCX).(GPPhysical)
+	dst := Load(Param("dst"), RDX).(GPPhysical)
+	r1 := Load(Param("ss"), R8).(GPPhysical)
+	r3, r5, r7 := R9, R10, R11
+	LEAQ(Mem{Base: r1, Index: r1, Scale: 2}, r3)
+	LEAQ(Mem{Base: r1, Index: r1, Scale: 4}, r5)
+	LEAQ(Mem{Base: r3, Index: r1, Scale: 4}, r7)
+	srcHi, dstHi := RSI, RDI
+	if m == avxY {
+		IMUL3Q(Imm(uint64(V)), r1, srcHi)
+		MOVQ(srcHi, dstHi)
+		ADDQ(src, srcHi)
+		ADDQ(dst, dstHi)
+	}
+	count, blocks := R12, R13
+
+	m.lastKey(nr, xk, count, klast)
+	m.loadKey(Mem{Base: xk}, key)
+	if m == sse {
+		MOVO(klast, kfold)
+		PXOR(key, kfold)
+	} else {
+		VPXOR(key, klast, kfold)
+	}
+	MOVQ(r1, blocks)
+	SHRQ(Imm(4), blocks)
+
+	// Vector v's current block is at disp -16*skew*v from the pointers.
+	base := func(v int) int { return -16 * skew * v }
+	gather := func(v, disp int, r VecPhysical) {
+		switch m {
+		case sse:
+			MOVOU(laneMem(src, r1, r3, r5, r7, v, base(v)+disp), r)
+		case avxY:
+			VMOVDQU(laneMem(src, r1, r3, r5, r7, v, base(v)+disp), xregs[int(r.PhysicalIndex())])
+			VINSERTI128(Imm(1), laneMem(srcHi, r1, r3, r5, r7, v, base(v)+disp), r, r)
+		}
+	}
+	scatter := func(v int, r VecPhysical) {
+		switch m {
+		case sse:
+			MOVOU(r, laneMem(dst, r1, r3, r5, r7, v, base(v)))
+		case avxY:
+			VMOVDQU(xregs[int(r.PhysicalIndex())], laneMem(dst, r1, r3, r5, r7, v, base(v)))
+			VEXTRACTI128(Imm(1), r, laneMem(dstHi, r1, r3, r5, r7, v, base(v)))
+		}
+	}
+	prepNext := func(v, disp int) {
+		t := temp()
+		gather(v, disp, t)
+		m.xor(kfold, t)
+		m.store(t, tslots.Offset(v*width))
+	}
+	activate := func(v int) {
+		Commentf("Vector %d starts: state = IV ^ P[0] ^ k0", v)
+		m.loadKey(Mem{Base: xk}, key)
+		t := temp()
+		gather(v, 0, t)
+		m.xor(t, states[v])
+		m.xor(key, states[v])
+		prepNext(v, 16)
+	}
+	const (
+		normal = iota
+		noLoad
+		final
+	)
+	// step runs one global step for vectors lo..7, vector lo in mode
+	// loMode and the others normal, then advances the pointers.
+	step := func(lo, loMode int) {
+		m.rounds(opEnc, nr, xk, key, states[lo:])
+		for v := lo; v < V; v++ {
+			mode := normal
+			if v == lo {
+				mode = loMode
+			}
+			if mode == final {
+				m.aes(opEncLast, klast, states[v])
+				scatter(v, states[v])
+				continue
+			}
+			t := temp()
+			m.load(tslots.Offset(v*width), t)
+			m.aes(opEncLast, t, states[v])
+			m.xor(states[v], t)
+			m.xor(klast, t)
+			scatter(v, t)
+			if mode == normal {
+				prepNext(v, 32)
+			}
+		}
+		ADDQ(Imm(16), src)
+		ADDQ(Imm(16), dst)
+		if m == avxY {
+			ADDQ(Imm(16), srcHi)
+			ADDQ(Imm(16), dstHi)
+		}
+	}
+	// loop runs step(lo, normal) count times; count may be 0.
+	loop := func(lo int) {
+		top, out := newLabel("skew_loop"), newLabel("skew_out")
+		Label(top)
+		TESTQ(count, count)
+		JZ(LabelRef(out))
+		step(lo, normal)
+		DECQ(count)
+		JMP(LabelRef(top))
+		Label(out)
+	}
+
+	// Ramp-up: vectors 0..active-1 run while vector active waits for its
+	// start, skew steps after the previous one.
+	stepUp := func(active int) {
+		m.rounds(opEnc, nr, xk, key, states[:active])
+		for v := 0; v < active; v++ {
+			t := temp()
+			m.load(tslots.Offset(v*width), t)
+			m.aes(opEncLast, t, states[v])
+			m.xor(states[v], t)
+			m.xor(klast, t)
+			scatter(v, t)
+			prepNext(v, 32)
+		}
+		ADDQ(Imm(16), src)
+		ADDQ(Imm(16), dst)
+		if m == avxY {
+			ADDQ(Imm(16), srcHi)
+			ADDQ(Imm(16), dstHi)
+		}
+	}
+	activate(0)
+	for p := 1; p < V; p++ {
+		top := newLabel("skew_up")
+		MOVQ(U32(skew), count)
+		Label(top)
+		stepUp(p)
+		DECQ(count)
+		JNZ(LabelRef(top))
+		activate(p)
+	}
+
+	Comment("Steady state: blocks - 2 - 7*skew steps with every vector")
+	MOVQ(blocks, count)
+	SUBQ(U32(2+7*skew), count)
+	loop(0)
+
+	Comment("Ramp-down: vector q finishes, skew steps apart")
+	for q := 0; q < V; q++ {
+		step(q, noLoad)
+		step(q, final)
+		if q < V-1 && skew > 2 {
+			MOVQ(U32(skew-2), count)
+			loop(q + 1)
+		}
+	}
+
+	Comment("Clear the stack slots and vector registers")
+	m.clearVectors()
+	for v := 0; v < V; v++ {
+		m.store(m.reg(0), tslots.Offset(v*width))
 	}
 	RET()
 }
