@@ -1,0 +1,8 @@
+//go:build !linux
+
+package header
+
+import "time"
+
+// benchClock returns a wall clock; thread CPU time is only read on Linux.
+func benchClock() (now func() time.Duration, done func()) { return wallClock() }
