@@ -4,9 +4,15 @@
 // nothing about cryptography; the caller supplies a [Transform] (for cryptimg,
 // an ESSIV encrypt or decrypt) and the [Extent]s to process.
 //
-// Memory is bounded by the number of chunk buffers, about 2*Jobs, whatever
-// the size of the image; buffers are reused, so the steady state allocates
-// nothing per chunk. Holes in an input *os.File are found with SEEK_DATA and
+// Only the transform runs in parallel. Reads and writes stay sequential:
+// buffered writes to one file are serialised by the kernel anyway (ext4 and
+// XFS hold the inode lock for them), sequential I/O suits disks and
+// readahead, and image formats behind the io.WriterAt (qcow2) then need no
+// locking and allocate clusters in order.
+//
+// Memory is bounded by the number of chunk buffers, at most 2*Jobs+2,
+// whatever the size of the image; buffers are reused, so the steady state
+// allocates nothing per chunk. Holes in an input *os.File are found with SEEK_DATA and
 // SEEK_HOLE and zero-filled instead of read, and with [Options.Sparse] zero
 // output blocks are not written, so sparse images stay sparse.
 //
