@@ -1906,7 +1906,8 @@ enc_r_128:
 
 // func decCE(xk *[240]byte, nr int, ivxk *[240]byte, ivnr int, dst, src *byte, sectors, sectorSize int, sector, step uint64)
 // Decrypts sectors consecutive sectors. The IVs of 8 sectors at a time are
-// computed together and parked in the frame, which is wiped on return.
+// computed together and parked, as IV ^ rk[0], in the frame, which is wiped
+// on return.
 TEXT ·decCE(SB), NOSPLIT, $128-80
 	MOVD	xk+0(FP), XK
 	MOVD	nr+8(FP), NR
@@ -1978,6 +1979,7 @@ dec_ivloop:
 	SUBS	$1, IVCNT, IVCNT
 	BNE	dec_ivloop
 	VLD1	(IVXK), [V8.B16, V9.B16]
+	VEOR	V31.B16, V9.B16, V9.B16
 	AESE	V8.B16, V0.B16
 	AESE	V8.B16, V1.B16
 	AESE	V8.B16, V2.B16
@@ -2013,6 +2015,14 @@ dec_8:
 	VLD1.P	64(SRC), [V8.B16, V9.B16, V10.B16, V11.B16]
 	VLD1	(SRC), [V4.B16, V5.B16, V6.B16, V7.B16]
 	VLD1.P	64(SRC), [V12.B16, V13.B16, V14.B16, V15.B16]
+	VEOR	V31.B16, V8.B16, V8.B16
+	VEOR	V31.B16, V9.B16, V9.B16
+	VEOR	V31.B16, V10.B16, V10.B16
+	VEOR	V31.B16, V11.B16, V11.B16
+	VEOR	V31.B16, V12.B16, V12.B16
+	VEOR	V31.B16, V13.B16, V13.B16
+	VEOR	V31.B16, V14.B16, V14.B16
+	VEOR	V31.B16, V15.B16, V15.B16
 	CMP	$12, NR
 	BLT	dec_r8_128
 	BEQ	dec_r8_192
@@ -2234,14 +2244,6 @@ dec_r8_128:
 	AESD	V30.B16, V5.B16
 	AESD	V30.B16, V6.B16
 	AESD	V30.B16, V7.B16
-	VEOR	V31.B16, V0.B16, V0.B16
-	VEOR	V31.B16, V1.B16, V1.B16
-	VEOR	V31.B16, V2.B16, V2.B16
-	VEOR	V31.B16, V3.B16, V3.B16
-	VEOR	V31.B16, V4.B16, V4.B16
-	VEOR	V31.B16, V5.B16, V5.B16
-	VEOR	V31.B16, V6.B16, V6.B16
-	VEOR	V31.B16, V7.B16, V7.B16
 	VEOR	V16.B16, V0.B16, V0.B16
 	VEOR	V8.B16, V1.B16, V1.B16
 	VEOR	V9.B16, V2.B16, V2.B16
@@ -2261,6 +2263,7 @@ dec_tail:
 dec_1:
 	VLD1.P	16(SRC), [V8.B16]
 	VORR	V8.B16, V8.B16, V0.B16
+	VEOR	V31.B16, V8.B16, V8.B16
 	CMP	$12, NR
 	BLT	dec_r1_128
 	BEQ	dec_r1_192
@@ -2293,7 +2296,6 @@ dec_r1_128:
 	AESD	V29.B16, V0.B16
 	AESIMC	V0.B16, V0.B16
 	AESD	V30.B16, V0.B16
-	VEOR	V31.B16, V0.B16, V0.B16
 	VEOR	V16.B16, V0.B16, V0.B16
 	VORR	V8.B16, V8.B16, V16.B16
 	VST1.P	[V0.B16], 16(DST)

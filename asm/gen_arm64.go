@@ -24,8 +24,11 @@
 //
 // Decryption of one sector is parallel, so it runs 8 blocks at a time in
 // V0–V7, with copies of the ciphertext in V8–V15 and the ciphertext block
-// before them in V16 (the IV for the first block). All 8 blocks are loaded
-// before any is stored, so dst == src works.
+// before them in V16 (the IV for the first block). The copies and V16 get
+// the final decryption round key rk[0] XORed in while the AESD rounds run,
+// so the end of the chain is a single XOR per block: P = X ^ (C ^ rk[0])
+// with X the state after the last AESD. All 8 blocks are loaded before any
+// is stored, so dst == src works.
 //
 // ESSIV IVs are computed 8 (or N) sectors at a time with the IV key
 // streamed from memory one round key at a time through V8 (and V9), since
@@ -218,11 +221,11 @@ TEXT ·invMixColumnsCE(SB), NOSPLIT, $0-16
 	SUB	$1, IVNR, IVCNT
 {{.Label}}_ivloop:
 	VLD1.P	16(IVXK), [V8.B16]
-{{rounds "AESE" "AESMC" (seq 8 9) .Lanes }}
+{{rounds "AESE" "AESMC" (seq 8 9) .Lanes}}
 	SUBS	$1, IVCNT, IVCNT
 	BNE	{{.Label}}_ivloop
 	VLD1	(IVXK), [V8.B16, V9.B16]
-{{ end}}
+{{end}}
 
 {{define "loadargs"}}
 	MOVD	xk+0(FP), XK
@@ -235,34 +238,34 @@ TEXT ·invMixColumnsCE(SB), NOSPLIT, $0-16
 	MOVD	sectorSize+56(FP), SSIZE
 	MOVD	sector+64(FP), SECTOR
 	MOVD	step+72(FP), STEP
-{{ end}}
+{{end}}
 
 {{define "keys"}}
 	CMP	$12, NR
 	BLT	{{.Label}}_keys128
 	BEQ	{{.Label}}_keys192
 {{loadKeys 14}}
-{{ if .Fold}}	VEOR	V17.B16, V31.B16, V16.B16
-{{end }}
+{{if .Fold}}	VEOR	V17.B16, V31.B16, V16.B16
+{{end}}
 	B	{{.Label}}_keysdone
 {{.Label}}_keys192:
 {{loadKeys 12}}
-{{ if .Fold}}	VEOR	V19.B16, V31.B16, V16.B16
-{{end }}
+{{if .Fold}}	VEOR	V19.B16, V31.B16, V16.B16
+{{end}}
 	B	{{.Label}}_keysdone
 {{.Label}}_keys128:
 {{loadKeys 10}}
-{{ if .Fold}}	VEOR	V21.B16, V31.B16, V16.B16
-{{end }}
+{{if .Fold}}	VEOR	V21.B16, V31.B16, V16.B16
+{{end}}
 {{.Label}}_keysdone:
-{{ end}}
+{{end}}
 
 {{range $n := seq 1 9}}
 // func encLanes{{$n}}CE(xk *[240]byte, nr int, ivxk *[240]byte, ivnr int, dst, src *byte, groups, sectorSize int, sector, step uint64)
 // Encrypts groups×{{$n}} consecutive sectors, {{$n}} at a time.
 TEXT ·encLanes{{$n}}CE(SB), NOSPLIT, $0-80
-{{ template "loadargs" "groups"}}
-{{ template "keys" (dict "Label" "enc" "Fold" true)}}
+{{template "loadargs" "groups"}}
+{{template "keys" (dict "Label" "enc" "Fold" true)}}
 	// SKIP = ({{$n}}-1)*sectorSize, BACK = 16-SKIP.
 	MOVD	${{sub $n 1}}, SKIP
 	MUL	SSIZE, SKIP, SKIP
@@ -270,30 +273,30 @@ TEXT ·encLanes{{$n}}CE(SB), NOSPLIT, $0-80
 	SUB	SKIP, BACK, BACK
 
 enc_group:
-{{ivs $n }}
-{{ template "ivrounds" (dict "Label" "enc" "Lanes" $n)}}
+{{ivs $n}}
+{{template "ivrounds" (dict "Label" "enc" "Lanes" $n)}}
 	VEOR	V31.B16, V9.B16, V9.B16
-{{rounds "AESE" "" (seq 8 9) $n }}
-{{ range $i := seq 0 $n}}	VEOR	V9.B16, V{{$i}}.B16, V{{$i}}.B16
-{{end }}
+{{rounds "AESE" "" (seq 8 9) $n}}
+{{range $i := seq 0 $n}}	VEOR	V9.B16, V{{$i}}.B16, V{{$i}}.B16
+{{end}}
 	// Lane registers = IV ^ rk[nr], the X of a block before the first.
 	LSR	$4, SSIZE, BLOCKS
 
 enc_block:
-{{ range $i := seq 0 $n}}
+{{range $i := seq 0 $n}}
 	VLD1.P	(SRC)({{if eq $i (sub $n 1)}}BACK{{else}}SSIZE{{end}}), [V{{add 8 $i}}.B16]
-{{ end}}
-{{ range $i := seq 0 $n}}
+{{end}}
+{{range $i := seq 0 $n}}
 	VEOR	V16.B16, V{{add 8 $i}}.B16, V{{add 8 $i}}.B16
-{{ end}}
-{{ range $i := seq 0 $n}}	AESE	V{{add 8 $i}}.B16, V{{$i}}.B16
+{{end}}
+{{range $i := seq 0 $n}}	AESE	V{{add 8 $i}}.B16, V{{$i}}.B16
 	AESMC	V{{$i}}.B16, V{{$i}}.B16
-{{end }}
-{{chain "AESE" "AESMC" 1 $n "enc_r" }}
-{{ range $i := seq 0 $n}}	VEOR	V31.B16, V{{$i}}.B16, V{{add 8 $i}}.B16
-{{end }}
-{{ range $i := seq 0 $n}}	VST1.P	[V{{add 8 $i}}.B16], (DST)({{if eq $i (sub $n 1)}}BACK{{else}}SSIZE{{end}})
-{{end }}
+{{end}}
+{{chain "AESE" "AESMC" 1 $n "enc_r"}}
+{{range $i := seq 0 $n}}	VEOR	V31.B16, V{{$i}}.B16, V{{add 8 $i}}.B16
+{{end}}
+{{range $i := seq 0 $n}}	VST1.P	[V{{add 8 $i}}.B16], (DST)({{if eq $i (sub $n 1)}}BACK{{else}}SSIZE{{end}})
+{{end}}
 	SUBS	$1, BLOCKS, BLOCKS
 	BNE	enc_block
 
@@ -307,18 +310,20 @@ enc_block:
 
 // func decCE(xk *[240]byte, nr int, ivxk *[240]byte, ivnr int, dst, src *byte, sectors, sectorSize int, sector, step uint64)
 // Decrypts sectors consecutive sectors. The IVs of 8 sectors at a time are
-// computed together and parked in the frame, which is wiped on return.
+// computed together and parked, as IV ^ rk[0], in the frame, which is wiped
+// on return.
 TEXT ·decCE(SB), NOSPLIT, $128-80
-{{ template "loadargs" "sectors"}}
-{{ template "keys" (dict "Label" "dec" "Fold" false)}}
+{{template "loadargs" "sectors"}}
+{{template "keys" (dict "Label" "dec" "Fold" false)}}
 	ADD	$8, RSP, SCRATCH
 
 dec_group:
-{{ivs 8 }}
-{{ template "ivrounds" (dict "Label" "dec" "Lanes" 8)}}
-{{rounds "AESE" "" (seq 8 9) 8 }}
-{{ range $i := seq 0 8}}	VEOR	V9.B16, V{{$i}}.B16, V{{$i}}.B16
-{{end }}
+{{ivs 8}}
+{{template "ivrounds" (dict "Label" "dec" "Lanes" 8)}}
+	VEOR	V31.B16, V9.B16, V9.B16
+{{rounds "AESE" "" (seq 8 9) 8}}
+{{range $i := seq 0 8}}	VEOR	V9.B16, V{{$i}}.B16, V{{$i}}.B16
+{{end}}
 	MOVD	SCRATCH, IVXK
 	VST1.P	{{vlist 0 4}}, 64(IVXK)
 	VST1	{{vlist 4 4}}, (IVXK)
@@ -340,13 +345,13 @@ dec_8:
 	VLD1.P	64(SRC), {{vlist 8 4}}
 	VLD1	(SRC), {{vlist 4 4}}
 	VLD1.P	64(SRC), {{vlist 12 4}}
-{{chain "AESD" "AESIMC" 0 8 "dec_r8" }}
-{{ range $i := seq 0 8}}	VEOR	V31.B16, V{{$i}}.B16, V{{$i}}.B16
-{{end }}
+{{range $i := seq 8 16}}	VEOR	V31.B16, V{{$i}}.B16, V{{$i}}.B16
+{{end}}
+{{chain "AESD" "AESIMC" 0 8 "dec_r8"}}
 	VEOR	V16.B16, V0.B16, V0.B16
-{{ range $i := seq 1 8}}
+{{range $i := seq 1 8}}
 	VEOR	V{{add 7 $i}}.B16, V{{$i}}.B16, V{{$i}}.B16
-{{ end}}
+{{end}}
 	VORR	V15.B16, V15.B16, V16.B16
 	VST1.P	{{vlist 0 4}}, 64(DST)
 	VST1.P	{{vlist 4 4}}, 64(DST)
@@ -360,8 +365,8 @@ dec_tail:
 dec_1:
 	VLD1.P	16(SRC), [V8.B16]
 	VORR	V8.B16, V8.B16, V0.B16
-{{chain "AESD" "AESIMC" 0 1 "dec_r1" }}
-	VEOR	V31.B16, V0.B16, V0.B16
+	VEOR	V31.B16, V8.B16, V8.B16
+{{chain "AESD" "AESIMC" 0 1 "dec_r1"}}
 	VEOR	V16.B16, V0.B16, V0.B16
 	VORR	V8.B16, V8.B16, V16.B16
 	VST1.P	[V0.B16], 16(DST)
