@@ -2,7 +2,9 @@
 
 // gen_arm64 writes cbc_arm64.s and cbc_arm64_stubs.go: the arm64 ESSIV-CBC
 // kernels on the ARMv8 Crypto Extensions (AESE/AESMC, AESD/AESIMC). Run it
-// with `go generate` in this directory.
+// with `GOARCH=arm64 go generate ./asm` from the module root (or `go run
+// gen_arm64.go` in this directory); scripts/test-arm64.sh checks that the
+// checked-in output is current.
 //
 // # Register plan
 //
@@ -51,13 +53,8 @@ import (
 	"text/template"
 )
 
-// Register numbers of the fixed roles described above.
-const (
-	lastKeyReg = 31 // rk[nr]
-	foldReg    = 16 // encryption: rk[0]^rk[nr]; decryption: previous ciphertext
-	inReg      = 8  // first input/copy register
-	maxLanes   = 8
-)
+// lastKeyReg holds rk[nr], the last round key of any key size.
+const lastKeyReg = 31
 
 // keyRegs returns the vector registers holding round keys first..last of an
 // nr-round schedule.
