@@ -16,17 +16,18 @@ import (
 
 // diffuse replaces buf by H(be32(0) || block 0) || H(be32(1) || block 1) ...,
 // where blocks are digest-sized and a short final block gets the first
-// len(block) bytes of its hash. tmp must hold at least h.Size() bytes.
-func diffuse(h hash.Hash, buf, tmp []byte) {
+// len(block) bytes of its hash. scratch must hold at least 4+h.Size() bytes;
+// passing it in keeps the loop free of allocations.
+func diffuse(h hash.Hash, buf, scratch []byte) {
 	ds := h.Size()
-	var iv [4]byte
+	iv, sum := scratch[:4], scratch[4:4]
 	for i := 0; i*ds < len(buf); i++ {
 		block := buf[i*ds : min((i+1)*ds, len(buf))]
-		binary.BigEndian.PutUint32(iv[:], uint32(i))
+		binary.BigEndian.PutUint32(iv, uint32(i))
 		h.Reset()
-		h.Write(iv[:])
+		h.Write(iv)
 		h.Write(block)
-		copy(block, h.Sum(tmp[:0]))
+		copy(block, h.Sum(sum))
 	}
 }
 
@@ -61,7 +62,7 @@ func AFSplit(data []byte, stripes int, hashName string, rnd io.Reader) ([]byte, 
 		return nil, fmt.Errorf("af: reading random stripes: %w", err)
 	}
 	h := newHash()
-	tmp := make([]byte, h.Size())
+	tmp := make([]byte, 4+h.Size())
 	// The running value d lives in the last stripe until the key is mixed in.
 	for k := 0; k < stripes-1; k++ {
 		subtle.XORBytes(last, last, out[k*n:(k+1)*n])
@@ -87,7 +88,7 @@ func AFMerge(material []byte, keyBytes, stripes int, hashName string) ([]byte, e
 		return nil, err
 	}
 	h := newHash()
-	tmp := make([]byte, h.Size())
+	tmp := make([]byte, 4+h.Size())
 	d := make([]byte, keyBytes)
 	for k := 0; k < stripes-1; k++ {
 		subtle.XORBytes(d, d, material[k*keyBytes:(k+1)*keyBytes])

@@ -114,7 +114,7 @@ func TestAFTwoStripes(t *testing.T) {
 // 12 bytes of SHA-1(00000001 || 0^12).
 func TestDiffuseKnownAnswer(t *testing.T) {
 	buf := make([]byte, 32)
-	diffuse(sha1.New(), buf, make([]byte, 20))
+	diffuse(sha1.New(), buf, make([]byte, 24))
 	b0 := sha1.Sum(append([]byte{0, 0, 0, 0}, make([]byte, 20)...))
 	b1 := sha1.Sum(append([]byte{0, 0, 0, 1}, make([]byte, 12)...))
 	want := append(b0[:], b1[:12]...)
@@ -138,5 +138,26 @@ func TestAFErrors(t *testing.T) {
 	}
 	if _, err := AFMerge(make([]byte, 16*Stripes), 16, Stripes, "whirlpool"); err == nil {
 		t.Error("merge with an unknown hash succeeded")
+	}
+}
+
+// BenchmarkAFMerge measures the AF merge of one key slot (4000 stripes), the
+// part of an unlock besides PBKDF2.
+func BenchmarkAFMerge(b *testing.B) {
+	for _, hashName := range []string{"sha1", "sha256", "sha512"} {
+		b.Run(hashName, func(b *testing.B) {
+			key := make([]byte, 32)
+			m, err := AFSplit(key, Stripes, hashName, testRand("bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(m)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := AFMerge(m, 32, Stripes, hashName); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

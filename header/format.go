@@ -249,36 +249,41 @@ func SlotIterations(hash string, keyBytes int, iterTime time.Duration) (slotIter
 // benchmarkPBKDF2 returns PBKDF2 iterations per second, growing the count
 // until one run takes a quarter of budget and then timing one run of the
 // size that should fill the rest. Time is CPU time where available (see
-// benchClock).
+// benchClock), wall time if that clock does not advance; a run over four
+// budgets of wall time ends the growth whatever the CPU clock says.
 func benchmarkPBKDF2(hash string, keyBytes int, budget time.Duration) (float64, error) {
 	password := []byte("foobarfo")
 	salt := []byte("0123456789abcdef")
 	now, done := benchClock()
 	defer done()
-	run := func(iter uint32) (time.Duration, error) {
-		start := now()
+	run := func(iter uint32) (d, wall time.Duration, err error) {
+		start, wallStart := now(), time.Now()
 		dk, err := deriveKey(hash, password, salt, iter, keyBytes)
 		clear(dk)
-		return now() - start, err
+		d, wall = now()-start, time.Since(wallStart)
+		if d <= 0 {
+			d = wall
+		}
+		return max(d, time.Nanosecond), wall, err
 	}
 	iter := uint32(1000)
 	for {
-		d, err := run(iter)
+		d, wall, err := run(iter)
 		if err != nil {
 			return 0, err
 		}
-		if d >= budget/4 || iter >= 1<<30 {
-			rate := float64(iter) / max(d.Seconds(), 1e-9)
+		if d >= budget/4 || wall >= 4*budget || iter >= 1<<26 {
+			rate := float64(iter) / d.Seconds()
 			// One longer run for a steadier figure.
-			next := uint32(min(rate*(budget*3/4).Seconds(), 1<<31))
-			if next <= iter {
+			next := uint32(min(rate*(budget*3/4).Seconds(), 1<<28))
+			if next <= iter || wall >= 4*budget {
 				return rate, nil
 			}
-			d2, err := run(next)
+			d2, _, err := run(next)
 			if err != nil {
 				return 0, err
 			}
-			return float64(next) / max(d2.Seconds(), 1e-9), nil
+			return float64(next) / d2.Seconds(), nil
 		}
 		if d < time.Millisecond {
 			iter *= 8

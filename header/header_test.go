@@ -208,6 +208,7 @@ func TestParseCipherSpec(t *testing.T) {
 }
 
 func TestSlotIterations(t *testing.T) {
+	t.Parallel()
 	iterTime := 40 * 1e6 // 40 ms
 	slot, digest, err := SlotIterations("sha256", 32, 40e6)
 	if err != nil {
