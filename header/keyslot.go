@@ -213,3 +213,14 @@ func (h *Header) DisableSlot(slot int) {
 	s.Iterations = 0
 	s.Salt = [SaltSize]byte{}
 }
+
+// FirstFreeSlot returns the lowest disabled slot, the one cryptsetup
+// luksAddKey picks without --key-slot, or -1 if all eight are active.
+func (h *Header) FirstFreeSlot() int {
+	for i := range h.Slots {
+		if h.Slots[i].State == SlotDisabled {
+			return i
+		}
+	}
+	return -1
+}

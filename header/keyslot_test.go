@@ -134,6 +134,9 @@ func TestSetKeySlotAllSlots(t *testing.T) {
 		t.Fatal("SetKeySlot overwrote the active slot 0")
 	}
 	for i := 1; i < NumSlots; i++ {
+		if f := h.FirstFreeSlot(); f != i {
+			t.Fatalf("FirstFreeSlot = %d, want %d", f, i)
+		}
 		before := *h
 		m, err := h.SetKeySlot(i, []byte(fmt.Sprintf("pass %d", i)), vk, MinIterations+uint32(i), rnd)
 		if err != nil {
@@ -147,6 +150,9 @@ func TestSetKeySlotAllSlots(t *testing.T) {
 			t.Fatalf("slot %d after SetKeySlot: %+v", i, s)
 		}
 		copy(area[int(s.KeyMaterialOffset)*SectorSize:], m)
+	}
+	if f := h.FirstFreeSlot(); f != -1 {
+		t.Fatalf("FirstFreeSlot with all slots active = %d", f)
 	}
 	copy(area, h.Marshal())
 	h2, err := Read(bytes.NewReader(area), 0, int64(len(area)))
@@ -184,6 +190,9 @@ func TestSetKeySlotAllSlots(t *testing.T) {
 	}
 	if _, slot, err := h3.Unlock(r, 0, []byte("pass 6"), -1); err != nil || slot != 6 {
 		t.Fatalf("slot 6 after disabling 5: %d, %v", slot, err)
+	}
+	if f := h3.FirstFreeSlot(); f != 5 {
+		t.Fatalf("FirstFreeSlot after disabling 5 = %d", f)
 	}
 	// The slot can be reused.
 	m, err := h3.SetKeySlot(5, []byte("new 5"), vk, MinIterations, rnd)
