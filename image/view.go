@@ -1,0 +1,274 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cryptimg/cryptimg/essiv"
+)
+
+var (
+	// ErrReadOnly reports a write to a view opened read-only.
+	ErrReadOnly = errors.New("image view is read-only")
+	// ErrBeyondEnd reports a write that would reach past the virtual
+	// size: views never grow.
+	ErrBeyondEnd = errors.New("write beyond the end of the image")
+	// ErrClosed reports use of a view after Close.
+	ErrClosed = errors.New("image view is closed")
+)
+
+// View is the plaintext of an encrypted image, read and written in place:
+// every byte is decrypted when read and encrypted when written, so no
+// plaintext reaches the disk. Offsets and lengths need no alignment; a
+// write that covers part of a 512-byte sector rewrites the whole sector.
+//
+// ReadAt follows os.File: it returns io.EOF only when it reads fewer bytes
+// than asked because the end of the image was reached. WriteAt refuses to
+// write past Size with ErrBeyondEnd (nothing is written). Implementations
+// are safe for concurrent use: overlapping requests are serialised per
+// sector range, so two read-modify-writes of one sector never lose an
+// update.
+type View interface {
+	io.ReaderAt
+	io.WriterAt
+	// Size is the virtual (plaintext) size in bytes.
+	Size() int64
+	// Sync flushes written data to stable storage.
+	Sync() error
+	// Close flushes a writable view and releases it; the file given to
+	// View stays open and belongs to the caller, as does the key.
+	Close() error
+}
+
+// View opens the plaintext of the image in f (the file e was read from)
+// with an unlocked key. A read-only view refuses writes with ErrReadOnly;
+// f must be open for writing otherwise.
+func (e *Encrypted) View(f *os.File, k *Key, readOnly bool) (View, error) {
+	if k == nil || k.Cipher == nil {
+		panic("image: View with a nil key")
+	}
+	switch e.Format {
+	case Raw:
+		return newRawView(f, k.Cipher, e.PayloadOffset, e.PayloadSize, readOnly), nil
+	default:
+		return nil, fmt.Errorf("image: no plaintext view for %s images yet", e.Format)
+	}
+}
+
+const (
+	// viewChunk bounds the bounce buffer of one step of a request; FUSE
+	// sends at most 1 MiB per request, so one step usually does it all.
+	viewChunk = 1 << 20
+	// lockBlock is the span of one lock stripe slot. Requests lock every
+	// stripe their blocks map to, in index order, so they cannot deadlock.
+	lockBlock   = 64 << 10
+	lockStripes = 256
+)
+
+// rawView is the View of a raw LUKS image: plaintext offset off lives at
+// file offset base+off and is sector off/512 for the IV.
+type rawView struct {
+	f        *os.File
+	c        *essiv.Cipher
+	base     int64
+	size     int64
+	readOnly bool
+	closed   atomic.Bool
+	locks    [lockStripes]sync.RWMutex
+	bufs     sync.Pool
+}
+
+func newRawView(f *os.File, c *essiv.Cipher, base, size int64, readOnly bool) *rawView {
+	v := &rawView{f: f, c: c, base: base, size: size, readOnly: readOnly}
+	v.bufs.New = func() any {
+		b := make([]byte, viewChunk+2*SectorSize)
+		return &b
+	}
+	return v
+}
+
+func (v *rawView) Size() int64 { return v.size }
+
+// lock takes the stripes covering [off, end) and returns their release.
+func (v *rawView) lock(off, end int64, write bool) func() {
+	first, last := off/lockBlock, (end-1)/lockBlock
+	n := last - first + 1
+	var idx []int
+	if n >= lockStripes {
+		idx = make([]int, lockStripes)
+		for i := range idx {
+			idx[i] = i
+		}
+	} else {
+		var mark [lockStripes]bool
+		for b := first; b <= last; b++ {
+			mark[b%lockStripes] = true
+		}
+		idx = make([]int, 0, n)
+		for i, m := range mark {
+			if m {
+				idx = append(idx, i)
+			}
+		}
+	}
+	for _, i := range idx {
+		if write {
+			v.locks[i].Lock()
+		} else {
+			v.locks[i].RLock()
+		}
+	}
+	return func() {
+		for _, i := range idx {
+			if write {
+				v.locks[i].Unlock()
+			} else {
+				v.locks[i].RUnlock()
+			}
+		}
+	}
+}
+
+func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("image: negative offset %d", off)
+	}
+	if off >= v.size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	if n > v.size-off {
+		n = v.size - off
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	unlock := v.lock(off, off+n, false)
+	defer unlock()
+	if v.closed.Load() {
+		return 0, ErrClosed
+	}
+	bp := v.bufs.Get().(*[]byte)
+	defer v.bufs.Put(bp)
+	end := off + n
+	for pos := off; pos < end; {
+		// One step: the sectors from pos's sector up to viewChunk bytes.
+		s := pos &^ (SectorSize - 1)
+		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
+		stepEnd := min(e, end)
+		aligned := s == pos && e == stepEnd
+		buf := (*bp)[:e-s]
+		if aligned {
+			// Decrypt in the caller's buffer: no copy.
+			buf = p[pos-off : stepEnd-off]
+		}
+		if err := v.readSectors(buf, s); err != nil {
+			return int(pos - off), err
+		}
+		if !aligned {
+			copy(p[pos-off:stepEnd-off], buf[pos-s:])
+		}
+		pos = stepEnd
+	}
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// readSectors reads and decrypts whole sectors starting at plaintext
+// offset s into buf.
+func (v *rawView) readSectors(buf []byte, s int64) error {
+	if _, err := v.f.ReadAt(buf, v.base+s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("image: %w", ErrTruncated)
+		}
+		return err
+	}
+	v.c.DecryptSectors(buf, buf, uint64(s/SectorSize), SectorSize)
+	return nil
+}
+
+func (v *rawView) WriteAt(p []byte, off int64) (int, error) {
+	if v.readOnly {
+		return 0, ErrReadOnly
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("image: negative offset %d", off)
+	}
+	n := int64(len(p))
+	if off > v.size || n > v.size-off {
+		return 0, fmt.Errorf("%w: %d bytes at offset %d, size %d", ErrBeyondEnd, n, off, v.size)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	unlock := v.lock(off, off+n, true)
+	defer unlock()
+	if v.closed.Load() {
+		return 0, ErrClosed
+	}
+	bp := v.bufs.Get().(*[]byte)
+	defer v.bufs.Put(bp)
+	end := off + n
+	for pos := off; pos < end; {
+		s := pos &^ (SectorSize - 1)
+		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
+		stepEnd := min(e, end)
+		buf := (*bp)[:e-s]
+		// Partial first or last sector: read-modify-write. The stripe
+		// locks cover every sector of the request, so no other write can
+		// slip in between the read and the write.
+		if pos > s {
+			if err := v.readSectors(buf[:SectorSize], s); err != nil {
+				return int(pos - off), err
+			}
+		}
+		if stepEnd < e && (e-SectorSize > s || pos == s) {
+			if err := v.readSectors(buf[len(buf)-SectorSize:], e-SectorSize); err != nil {
+				return int(pos - off), err
+			}
+		}
+		if pos == s && stepEnd == e {
+			v.c.EncryptSectors(buf, p[pos-off:stepEnd-off], uint64(s/SectorSize), SectorSize)
+		} else {
+			copy(buf[pos-s:], p[pos-off:stepEnd-off])
+			v.c.EncryptSectors(buf, buf, uint64(s/SectorSize), SectorSize)
+		}
+		if _, err := v.f.WriteAt(buf, v.base+s); err != nil {
+			return int(pos - off), err
+		}
+		pos = stepEnd
+	}
+	return int(n), nil
+}
+
+func (v *rawView) Sync() error {
+	if v.closed.Load() {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.f.Sync()
+}
+
+// Close waits for requests in flight, then flushes a writable view.
+func (v *rawView) Close() error {
+	unlock := v.lock(0, lockBlock*lockStripes, true)
+	defer unlock()
+	if v.closed.Swap(true) {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.f.Sync()
+}
