@@ -351,3 +351,36 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("err = %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// TestParallelTransforms checks that Jobs transforms run at once, and never
+// more, with a transform that sleeps so that the machine's load does not
+// matter.
+func TestParallelTransforms(t *testing.T) {
+	const chunks = 32
+	for _, jobs := range []int{1, 4} {
+		var mu sync.Mutex
+		var running, peak int
+		tr := func(d, s []byte, _ uint64) {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}
+		start := time.Now()
+		err := Run(context.Background(), discardWriter{}, zeroReader{}, []Extent{{Length: chunks * 4096}}, tr, Options{Jobs: jobs, ChunkSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		if peak != jobs {
+			t.Errorf("jobs=%d: %d transforms ran at once, want %d", jobs, peak, jobs)
+		}
+		if serial := chunks * 10 * time.Millisecond; jobs > 1 && elapsed > serial/2 {
+			t.Errorf("jobs=%d: took %v, want well under the serial %v", jobs, elapsed, serial)
+		}
+	}
+}
