@@ -3,11 +3,13 @@ package qcow2
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -243,18 +245,48 @@ func TestReaderHugeSparse(t *testing.T) {
 	}
 }
 
-// retry runs a qemu command up to 10 times: qemu 7.2 randomly fails PBKDF
-// benchmarking on fast machines ("Unable to get accurate CPU usage").
-func retry(t *testing.T, name string, args ...string) {
+// qemuLUKS caches one freshly created qemu qcow2+LUKS image (4 MiB, 64 KiB
+// clusters, aes-256-cbc-essiv:sha256, passphrase abc123): creating one is
+// slow, and Debian's qemu 7.2 randomly fails its PBKDF benchmark ("Unable to
+// get accurate CPU usage"), hence the retries.
+var qemuLUKS struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// qemuLUKSImage writes a copy of the cached image into a temporary
+// directory and returns its path.
+func qemuLUKSImage(t *testing.T) string {
 	t.Helper()
-	var out []byte
-	var err error
-	for range 10 {
-		if out, err = exec.Command(name, args...).CombinedOutput(); err == nil {
+	qemuLUKS.once.Do(func() {
+		dir, err := os.MkdirTemp("", "qcow2-luks")
+		if err != nil {
+			qemuLUKS.err = err
 			return
 		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "enc.qcow2")
+		var out []byte
+		for range 10 {
+			if out, err = exec.Command("qemu-img", "create", "-q", testSecret, "-f", "qcow2", "-o", testEncrypt, path, "4M").CombinedOutput(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			qemuLUKS.err = fmt.Errorf("qemu-img create: %v\n%s", err, out)
+			return
+		}
+		qemuLUKS.b, qemuLUKS.err = os.ReadFile(path)
+	})
+	if qemuLUKS.err != nil {
+		t.Fatal(qemuLUKS.err)
 	}
-	t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	path := filepath.Join(t.TempDir(), "enc.qcow2")
+	if err := os.WriteFile(path, qemuLUKS.b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 const (
@@ -267,8 +299,7 @@ const (
 // gives the LUKS area, which no data extent may overlap.
 func TestReaderQemuLUKS(t *testing.T) {
 	needQemu(t)
-	path := filepath.Join(t.TempDir(), "enc.qcow2")
-	retry(t, "qemu-img", "create", "-q", testSecret, "-f", "qcow2", "-o", testEncrypt, path, "4M")
+	path := qemuLUKSImage(t)
 	runCmd(t, "qemu-io", testSecret, "--image-opts", "driver=qcow2,encrypt.key-secret=sec0,file.filename="+path,
 		"-c", "write -P 0xab 0 64k", "-c", "write -z 2M 64k", "-c", "write -P 1 3M 4k")
 	im, exts, _ := guestView(t, path)

@@ -138,8 +138,7 @@ func TestWriterCrypt(t *testing.T) {
 func TestWriterCryptQemu(t *testing.T) {
 	needQemu(t)
 	dir := t.TempDir()
-	ref := filepath.Join(dir, "ref.qcow2")
-	retry(t, "qemu-img", "create", "-q", testSecret, "-f", "qcow2", "-o", testEncrypt, ref, "4M")
+	ref := qemuLUKSImage(t)
 	refIm, _, _ := guestView(t, ref)
 	refRaw, err := os.ReadFile(ref)
 	if err != nil {
