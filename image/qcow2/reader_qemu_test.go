@@ -162,6 +162,38 @@ func TestReaderVsQemuCompressed(t *testing.T) {
 			if n == 0 {
 				t.Fatal("no compressed extents")
 			}
+			// An Image is safe for concurrent use: decompress every cluster
+			// from several goroutines at once (run with -race).
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for range 4 {
+				wg.Go(func() {
+					cluster := make([]byte, im.ClusterSize)
+					for _, e := range exts {
+						if e.Kind != Compressed {
+							continue
+						}
+						if err := im.ReadCompressed(f, e, cluster); err != nil {
+							errs <- err
+							return
+						}
+						if !bytes.Equal(cluster[:e.Length], src[e.GuestOffset:e.GuestOffset+e.Length]) {
+							errs <- fmt.Errorf("cluster at %#x differs", e.GuestOffset)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
 			wantType := CompressionDeflate
 			if strings.Contains(c.opts, "zstd") {
 				wantType = CompressionZstd
