@@ -353,10 +353,11 @@ func TestDeadline(t *testing.T) {
 }
 
 // TestParallelTransforms checks that Jobs transforms run at once, and never
-// more, with a transform that sleeps so that the machine's load does not
-// matter.
+// more, with a transform that sleeps, so that the count does not depend on
+// the machine's speed. (Wall-clock speedup is left to the benchmarks: on a
+// loaded CI machine it is too noisy to assert.)
 func TestParallelTransforms(t *testing.T) {
-	const chunks = 32
+	const chunks = 24
 	for _, jobs := range []int{1, 4} {
 		var mu sync.Mutex
 		var running, peak int
@@ -365,22 +366,17 @@ func TestParallelTransforms(t *testing.T) {
 			running++
 			peak = max(peak, running)
 			mu.Unlock()
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 			mu.Lock()
 			running--
 			mu.Unlock()
 		}
-		start := time.Now()
 		err := Run(context.Background(), discardWriter{}, zeroReader{}, []Extent{{Length: chunks * 4096}}, tr, Options{Jobs: jobs, ChunkSize: 4096})
 		if err != nil {
 			t.Fatal(err)
 		}
-		elapsed := time.Since(start)
 		if peak != jobs {
 			t.Errorf("jobs=%d: %d transforms ran at once, want %d", jobs, peak, jobs)
-		}
-		if serial := chunks * 10 * time.Millisecond; jobs > 1 && elapsed > serial/2 {
-			t.Errorf("jobs=%d: took %v, want well under the serial %v", jobs, elapsed, serial)
 		}
 	}
 }
