@@ -1,0 +1,574 @@
+package image
+
+// Key slot and header management, following cryptsetup's luksAddKey,
+// luksRemoveKey, luksChangeKey, luksKillSlot, luksHeaderBackup,
+// luksHeaderRestore and luksUUID (cryptsetup lib/luks1/keymanage.c, lib/setup.c).
+//
+// Every update keeps the old key usable until the new state is durable:
+// key material only ever goes into a disabled slot's area, and is fsynced
+// before the 1024-byte phdr that activates it is written and fsynced; a slot
+// is disabled by a phdr write (fsynced) before its material is overwritten
+// with random bytes. The phdr write is the only commit point of each step.
+// Offsets are relative to [Encrypted.HeaderOffset], so the same code serves
+// raw LUKS and the LUKS area of a qcow2 image.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+)
+
+var (
+	// ErrNoFreeSlot reports that all eight key slots are active.
+	ErrNoFreeSlot = errors.New("all key slots are in use")
+	// ErrSlotInUse reports a requested new slot that is active
+	// (cryptsetup: "Key slot N is full, please select another one").
+	ErrSlotInUse = errors.New("key slot is full, select another one")
+	// ErrSlotInactive reports a slot to remove that holds no key.
+	ErrSlotInactive = errors.New("key slot is not active")
+	// ErrLastSlot reports an attempt to remove the last active key slot
+	// without RemoveOptions.AllowLast.
+	ErrLastSlot = errors.New("this is the last active key slot: removing it makes the image permanently undecryptable")
+	// ErrVolumeKeyMismatch reports a volume key that does not match the
+	// header's master key digest.
+	ErrVolumeKeyMismatch = errors.New("volume key does not match the volume")
+	// ErrBackupMismatch reports a header backup made from another image.
+	ErrBackupMismatch = errors.New("header backup does not match the image")
+	// ErrVerifyFailed reports that a freshly written key slot did not
+	// unlock when the image was reopened; the change was rolled back.
+	ErrVerifyFailed = errors.New("new key slot failed to unlock after writing; the change was rolled back")
+)
+
+// SlotOptions choose the key slot a new passphrase goes into and its
+// PBKDF2 cost.
+type SlotOptions struct {
+	// Slot is the new key slot, 0 to 7; -1 picks the lowest free one, as
+	// cryptsetup does.
+	Slot int
+	// IterTime is the PBKDF2 time to aim for; 0 means
+	// header.DefaultIterTime (2 s, cryptsetup's LUKS1 default).
+	IterTime time.Duration
+	// ForceIterations, when not zero, skips the benchmark
+	// (--pbkdf-force-iterations); at least header.MinIterations.
+	ForceIterations uint32
+	// Rand is the source of salts, AF stripes and wipe bytes; nil means
+	// crypto/rand.
+	Rand io.Reader
+}
+
+// RemoveOptions guard the removal of a key slot.
+type RemoveOptions struct {
+	// AllowLast permits removing the last active slot.
+	AllowLast bool
+	// Rand is the source of the wipe bytes; nil means crypto/rand.
+	Rand io.Reader
+}
+
+// ChangeOptions configure ChangeKey.
+type ChangeOptions struct {
+	SlotOptions
+	// InPlace permits cryptsetup's in-place change when no slot is free:
+	// the old slot's material is overwritten by the new one. A crash
+	// between the two writes loses the key, so this must be asked for.
+	InPlace bool
+}
+
+// rwFile is what updates need from the image file: an *os.File opened
+// read-write.
+type rwFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Sync() error
+	Name() string
+}
+
+func (e *Encrypted) rw() (rwFile, error) {
+	f, ok := e.f.(rwFile)
+	if !ok {
+		return nil, errors.New("image: updates need the image opened from an *os.File")
+	}
+	return f, nil
+}
+
+func randOr(r io.Reader) io.Reader {
+	if r == nil {
+		return rand.Reader
+	}
+	return r
+}
+
+// KeyFromVolumeKey returns a Key for a raw volume key, checked against
+// the header's master key digest (cryptsetup --volume-key-file). The
+// volume key is copied; a mismatch gives ErrVolumeKeyMismatch.
+func (e *Encrypted) KeyFromVolumeKey(vk []byte) (*Key, error) {
+	if !e.Header.VerifyVolumeKey(vk) {
+		return nil, ErrVolumeKeyMismatch
+	}
+	v := bytes.Clone(vk)
+	c, err := e.Header.NewSectorCipher(v)
+	if err != nil {
+		clear(v)
+		return nil, err
+	}
+	return &Key{Cipher: c, Slot: -1, volume: v}, nil
+}
+
+// TestKey reports which slot passphrase opens (slot -1 tries them all),
+// without keeping the volume key (cryptsetup open --test-passphrase).
+func (e *Encrypted) TestKey(passphrase []byte, slot int) (int, error) {
+	k, err := e.Unlock(passphrase, slot)
+	if err != nil {
+		return -1, err
+	}
+	k.Clear()
+	return k.Slot, nil
+}
+
+// iterations returns the PBKDF2 count for a new slot.
+func (e *Encrypted) iterations(o SlotOptions) (uint32, error) {
+	if o.ForceIterations != 0 {
+		if o.ForceIterations < header.MinIterations {
+			return 0, fmt.Errorf("forced iterations %d below the minimum %d", o.ForceIterations, header.MinIterations)
+		}
+		return o.ForceIterations, nil
+	}
+	t := o.IterTime
+	if t == 0 {
+		t = header.DefaultIterTime
+	}
+	it, _, err := header.SlotIterations(e.Header.HashSpec, int(e.Header.KeyBytes), t)
+	return it, err
+}
+
+// pickSlot returns the slot a new key goes into.
+func (e *Encrypted) pickSlot(slot int) (int, error) {
+	if slot == -1 {
+		if s := e.Header.FirstFreeSlot(); s >= 0 {
+			return s, nil
+		}
+		return -1, ErrNoFreeSlot
+	}
+	if slot < 0 || slot >= header.NumSlots {
+		return -1, fmt.Errorf("key slot %d out of range (0 to %d)", slot, header.NumSlots-1)
+	}
+	if e.Header.Slots[slot].State != header.SlotDisabled {
+		return -1, fmt.Errorf("key slot %d: %w", slot, ErrSlotInUse)
+	}
+	return slot, nil
+}
+
+func (e *Encrypted) materialOffset(h *header.Header, slot int) int64 {
+	return e.HeaderOffset + int64(h.Slots[slot].KeyMaterialOffset)*header.SectorSize
+}
+
+// writeSync writes b at off and flushes the file to stable storage.
+func writeSync(f rwFile, b []byte, off int64, what string) error {
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("failed to write %s: %w", what, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("failed to sync %s: %w", what, err)
+	}
+	return nil
+}
+
+// commitHeader writes h's phdr, syncs it and makes it e's header.
+func (e *Encrypted) commitHeader(f rwFile, h *header.Header) error {
+	if err := writeSync(f, h.Marshal(), e.HeaderOffset, "LUKS header"); err != nil {
+		return err
+	}
+	e.Header = h
+	return nil
+}
+
+// wipeSlot overwrites a disabled slot's key material with random bytes.
+func (e *Encrypted) wipeSlot(f rwFile, slot int, rnd io.Reader) error {
+	h := e.Header
+	if h.Slots[slot].Active() {
+		panic("image: internal error: wiping an active key slot")
+	}
+	buf := make([]byte, h.KeyMaterialSectors()*header.SectorSize)
+	if _, err := io.ReadFull(randOr(rnd), buf); err != nil {
+		return fmt.Errorf("reading random wipe bytes: %w", err)
+	}
+	return writeSync(f, buf, e.materialOffset(h, slot), fmt.Sprintf("key slot %d wipe", slot))
+}
+
+// verifySlot reopens the image through a new file descriptor and unlocks
+// slot with passphrase.
+func verifySlot(name string, passphrase []byte, slot int) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	e, err := Open(f)
+	if err != nil {
+		return err
+	}
+	_, err = e.TestKey(passphrase, slot)
+	return err
+}
+
+// AddKey puts passphrase into a free key slot using the volume key of k
+// (from Unlock or KeyFromVolumeKey) and returns the slot. The material is
+// written and synced before the header that activates it; the image is then
+// reopened and the new slot unlocked before AddKey returns. Should that
+// fail, the slot is disabled and wiped again and ErrVerifyFailed returned.
+func (e *Encrypted) AddKey(k *Key, passphrase []byte, o SlotOptions) (int, error) {
+	f, err := e.rw()
+	if err != nil {
+		return -1, err
+	}
+	slot, err := e.pickSlot(o.Slot)
+	if err != nil {
+		return -1, err
+	}
+	if len(passphrase) == 0 {
+		return -1, errors.New("empty passphrase")
+	}
+	iter, err := e.iterations(o)
+	if err != nil {
+		return -1, err
+	}
+	if err := e.addSlot(f, k.volume, passphrase, slot, iter, o.Rand); err != nil {
+		return -1, err
+	}
+	return slot, nil
+}
+
+// addSlot writes, activates and verifies one slot.
+func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, iter uint32, rnd io.Reader) error {
+	old := e.Header
+	h := *old
+	material, err := h.SetKeySlot(slot, passphrase, vk, iter, rnd)
+	if err != nil {
+		return err
+	}
+	err = writeSync(f, material, e.materialOffset(&h, slot), fmt.Sprintf("key slot %d material", slot))
+	clear(material)
+	if err != nil {
+		return err
+	}
+	if err := e.commitHeader(f, &h); err != nil {
+		return err
+	}
+	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
+		// Roll back: the old header, then a wipe of the unusable slot.
+		if err := e.commitHeader(f, old); err != nil {
+			return fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
+		}
+		if err := e.wipeSlot(f, slot, rnd); err != nil {
+			return fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
+		}
+		return fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
+	}
+	return nil
+}
+
+// activeSlots counts the active key slots.
+func activeSlots(h *header.Header) int {
+	n := 0
+	for i := range h.Slots {
+		if h.Slots[i].Active() {
+			n++
+		}
+	}
+	return n
+}
+
+// KillSlot disables slot (header written and synced first) and then
+// overwrites its key material with random bytes (cryptsetup
+// luksKillSlot; checking a remaining passphrase is the caller's policy).
+// The last active slot needs o.AllowLast.
+func (e *Encrypted) KillSlot(slot int, o RemoveOptions) error {
+	f, err := e.rw()
+	if err != nil {
+		return err
+	}
+	if slot < 0 || slot >= header.NumSlots {
+		return fmt.Errorf("key slot %d out of range (0 to %d)", slot, header.NumSlots-1)
+	}
+	if !e.Header.Slots[slot].Active() {
+		return fmt.Errorf("key slot %d: %w", slot, ErrSlotInactive)
+	}
+	if activeSlots(e.Header) == 1 && !o.AllowLast {
+		return ErrLastSlot
+	}
+	return e.killSlot(f, slot, o.Rand)
+}
+
+func (e *Encrypted) killSlot(f rwFile, slot int, rnd io.Reader) error {
+	h := *e.Header
+	h.DisableSlot(slot)
+	if err := e.commitHeader(f, &h); err != nil {
+		return err
+	}
+	return e.wipeSlot(f, slot, rnd)
+}
+
+// RemoveKey removes the first slot passphrase opens (cryptsetup
+// luksRemoveKey) and returns it. A wrong passphrase gives
+// header.ErrNoMatchingKeyslot.
+func (e *Encrypted) RemoveKey(passphrase []byte, o RemoveOptions) (int, error) {
+	slot, err := e.TestKey(passphrase, -1)
+	if err != nil {
+		return -1, err
+	}
+	if err := e.KillSlot(slot, o); err != nil {
+		return -1, err
+	}
+	return slot, nil
+}
+
+// ChangeKey replaces the passphrase old (tried in oldSlot, -1 for any)
+// with newPass and returns both slots. As cryptsetup does for LUKS1, the
+// new passphrase goes into a free slot (o.Slot, or the lowest free one),
+// which is verified by reopening the image; only then is the old slot
+// disabled and wiped. Until that header write the old passphrase works,
+// after it the new one does. With no free slot it returns ErrNoFreeSlot
+// unless o.InPlace, which overwrites the old slot as cryptsetup does
+// (material, then header: a crash in between loses that key).
+func (e *Encrypted) ChangeKey(old, newPass []byte, oldSlot int, o ChangeOptions) (from, to int, err error) {
+	f, err := e.rw()
+	if err != nil {
+		return -1, -1, err
+	}
+	if len(newPass) == 0 {
+		return -1, -1, errors.New("empty passphrase")
+	}
+	k, err := e.Unlock(old, oldSlot)
+	if err != nil {
+		return -1, -1, err
+	}
+	defer k.Clear()
+	from = k.Slot
+	to, err = e.pickSlot(o.Slot)
+	inPlace := false
+	if errors.Is(err, ErrNoFreeSlot) && o.InPlace {
+		to, err, inPlace = from, nil, true
+	}
+	if err != nil {
+		return -1, -1, err
+	}
+	iter, err := e.iterations(o.SlotOptions)
+	if err != nil {
+		return -1, -1, err
+	}
+	if inPlace {
+		// cryptsetup's order: the old slot is destroyed, then set again.
+		if err := e.killSlot(f, from, o.Rand); err != nil {
+			return -1, -1, err
+		}
+		if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
+			return -1, -1, err
+		}
+		return from, to, nil
+	}
+	if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
+		return -1, -1, err
+	}
+	// Commit point: from here on only the new passphrase opens the image.
+	if err := e.killSlot(f, from, o.Rand); err != nil {
+		return from, to, err
+	}
+	return from, to, nil
+}
+
+// SetUUID writes a new UUID into the header (cryptsetup luksUUID --uuid).
+// It must be in xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx form; it is stored
+// lower-case.
+func (e *Encrypted) SetUUID(uuid string) error {
+	f, err := e.rw()
+	if err != nil {
+		return err
+	}
+	u, err := canonicalUUID(uuid)
+	if err != nil {
+		return err
+	}
+	h := *e.Header
+	h.UUID = u
+	return e.commitHeader(f, &h)
+}
+
+func canonicalUUID(s string) (string, error) {
+	if len(s) != 36 {
+		return "", header.ErrInvalidUUID
+	}
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return "", header.ErrInvalidUUID
+			}
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		case 'A' <= c && c <= 'F':
+			b[i] = c + 'a' - 'A'
+		default:
+			return "", header.ErrInvalidUUID
+		}
+	}
+	return string(b), nil
+}
+
+// backupAlign is the page size cryptsetup rounds a header backup to.
+const backupAlign = 4096
+
+// BackupSize returns the size of a header backup: the end of the last key
+// slot rounded up to 4096 bytes, as cryptsetup luksHeaderBackup makes it.
+func BackupSize(h *header.Header) int64 {
+	return (h.AreaSize() + backupAlign - 1) / backupAlign * backupAlign
+}
+
+// HeaderBackup writes the LUKS header and key slot area to a new file at
+// path, mode 0600, through a temporary file renamed when complete. The
+// file is cryptsetup's luksHeaderBackup format: BackupSize bytes, with the
+// bytes from 592 up to the first key slot (at most 4096) zeroed. An
+// existing path is refused (ErrExists).
+func (e *Encrypted) HeaderBackup(path string) error {
+	n := BackupSize(e.Header)
+	buf := make([]byte, n)
+	defer clear(buf)
+	m, err := e.f.ReadAt(buf, e.HeaderOffset)
+	if m < len(buf) && err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("failed to read header area: %w", err)
+	}
+	if int64(m) < e.Header.AreaSize() {
+		return fmt.Errorf("%w: header area is truncated", header.ErrCorrupt)
+	}
+	clear(buf[592:min(backupAlign, int64(firstMaterial(e.Header)))])
+	o, err := CreateOutput(path, false)
+	if err != nil {
+		return err
+	}
+	defer o.Abort()
+	if _, err := o.Write(buf); err != nil {
+		return fmt.Errorf("failed to write header backup: %w", err)
+	}
+	return o.Commit()
+}
+
+// firstMaterial returns the byte offset of the lowest key material.
+func firstMaterial(h *header.Header) int64 {
+	first := int64(h.Slots[0].KeyMaterialOffset)
+	for i := range h.Slots {
+		first = min(first, int64(h.Slots[i].KeyMaterialOffset))
+	}
+	return max(first*header.SectorSize, 592)
+}
+
+// Restore is a checked header restore, ready to apply.
+type Restore struct {
+	// Current is the image's header, nil if it has none that parses (a
+	// damaged image); CurrentErr says why.
+	Current    *header.Header
+	CurrentErr error
+	// Backup is the header in the backup file.
+	Backup *header.Header
+	// Mismatch, when not nil, says how the backup differs from the
+	// image's header (UUID, payload offset or key size); Apply refuses
+	// it unless forced.
+	Mismatch error
+
+	f      rwFile
+	offset int64 // header offset in the image
+	data   []byte
+}
+
+// PrepareRestore reads the header backup at backupPath and checks it
+// against the image f (opened read-write): the backup must be a valid
+// LUKS1 header area; its area must fit where the image keeps its header
+// (before the payload of a raw image, inside the LUKS area of a qcow2
+// image); and, if the image has a readable header, the UUID, payload
+// offset and key size must match (Mismatch). A damaged header is not an
+// error: Current is then nil.
+func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
+	data, err := os.ReadFile(backupPath)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read header backup: %w", err)
+	}
+	bh, err := header.Read(bytes.NewReader(data), 0, int64(len(data)))
+	if err != nil {
+		clear(data)
+		return nil, fmt.Errorf("header backup %s: %w", backupPath, err)
+	}
+	r := &Restore{Backup: bh, f: f}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	limit := int64(-1) // bytes available for the header area
+	if e, err := Open(f); err == nil {
+		r.Current, r.offset = e.Header, e.HeaderOffset
+		if e.Format == Qcow2 {
+			limit = size - e.HeaderOffset
+		}
+	} else {
+		r.CurrentErr = err
+		if qcow2.IsQcow2(f) {
+			q, qerr := qcow2.Open(f, size)
+			if qerr != nil {
+				return nil, fmt.Errorf("cannot locate the LUKS area: %w", qerr)
+			}
+			if q.CryptMethod != qcow2.CryptLUKS {
+				return nil, fmt.Errorf("%w: qcow2 image is not LUKS-encrypted", header.ErrNotLUKS)
+			}
+			r.offset, limit = q.CryptOffset, q.CryptLength
+		}
+	}
+	if r.Current != nil && r.offset != 0 {
+		// qcow2 found through image.Open: bound by its LUKS area.
+		if q, qerr := qcow2.Open(f, size); qerr == nil && q.CryptLength > 0 {
+			limit = q.CryptLength
+		}
+	}
+	n := min(int64(len(data)), BackupSize(bh))
+	if limit < 0 {
+		// Raw image: the area ends at the payload, which must exist.
+		if p := int64(bh.PayloadOffset) * SectorSize; p != 0 {
+			n = min(n, p)
+			if size < p {
+				return nil, fmt.Errorf("%w: the backup's payload offset %d lies beyond the end of the %d-byte image", ErrBackupMismatch, p, size)
+			}
+		}
+	} else if bh.AreaSize() > limit {
+		return nil, fmt.Errorf("%w: the backup's key slots end at byte %d, past the %d-byte LUKS area", ErrBackupMismatch, bh.AreaSize(), limit)
+	} else {
+		n = min(n, limit)
+	}
+	r.data = data[:n]
+	if c := r.Current; c != nil {
+		switch {
+		case c.UUID != bh.UUID:
+			r.Mismatch = fmt.Errorf("%w: UUID %s in the image, %s in the backup", ErrBackupMismatch, c.UUID, bh.UUID)
+		case c.PayloadOffset != bh.PayloadOffset:
+			r.Mismatch = fmt.Errorf("%w: payload offset %d in the image, %d in the backup", ErrBackupMismatch, c.PayloadOffset, bh.PayloadOffset)
+		case c.KeyBytes != bh.KeyBytes:
+			r.Mismatch = fmt.Errorf("%w: %d-bit key in the image, %d-bit in the backup", ErrBackupMismatch, c.KeyBytes*8, bh.KeyBytes*8)
+		}
+	}
+	return r, nil
+}
+
+// Apply writes the backup's key slot area, syncs it, then writes the phdr
+// and syncs again. A Mismatch is refused unless force is set.
+func (r *Restore) Apply(force bool) error {
+	defer clear(r.data)
+	if r.Mismatch != nil && !force {
+		return r.Mismatch
+	}
+	if err := writeSync(r.f, r.data[header.PhdrSize:], r.offset+header.PhdrSize, "key slot area"); err != nil {
+		return err
+	}
+	return writeSync(r.f, r.data[:header.PhdrSize], r.offset, "LUKS header")
+}
