@@ -93,6 +93,8 @@ type the passphrase at the terminal prompt.
 		newDecryptCommand(g),
 		newDumpCommand(g),
 		newVersionCommand(g),
+		newLsCommand(g),
+		newCatCommand(g),
 	)
 	return root
 }
