@@ -12,7 +12,9 @@ import (
 
 var testPass = []byte("view test") // newTestImage's passphrase
 
-func fast(slot int) SlotOptions { return SlotOptions{Slot: slot, ForceIterations: header.MinIterations} }
+func fast(slot int) SlotOptions {
+	return SlotOptions{Slot: slot, ForceIterations: header.MinIterations}
+}
 
 // reopen opens the image file again, as another process would.
 func reopen(t *testing.T, f *os.File) *Encrypted {
