@@ -9,7 +9,8 @@
 //   - raw LUKS: sector 0 is the first 512 bytes of the payload, at
 //     PayloadOffset*512 in the file (dm-crypt and qemu block/crypto.c);
 //   - qcow2+LUKS: the host file offset of the data divided by 512
-//     (qemu docs/interop/qcow2.txt, "the physical disk sector").
+//     (qemu docs/interop/qcow2.txt, "the physical disk sector"); only
+//     allocated clusters are stored, and compressed clusters are plaintext.
 package image
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/essiv"
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
@@ -77,13 +79,18 @@ type Encrypted struct {
 	PayloadOffset int64
 	PayloadSize   int64
 	FileSize      int64
+	// Qcow2 is the parsed qcow2 header of a qcow2+LUKS image, else nil.
+	Qcow2 *qcow2.Image
 
-	f io.ReaderAt
+	f    io.ReaderAt
+	qcow *qcow2.Image
 }
 
-// Open reads the LUKS header of an encrypted image and checks that the
-// file holds the whole header area and a payload of whole sectors. Errors
-// wrap header.ErrNotLUKS, header.ErrCorrupt or ErrTruncated.
+// Open reads the LUKS header of an encrypted image, raw LUKS or
+// qcow2+LUKS (detected by magic), and checks that the file holds the whole
+// header area and, for raw LUKS, a payload of whole sectors. Errors wrap
+// header.ErrNotLUKS, header.ErrCorrupt, ErrTruncated, ErrNotEncrypted or
+// qcow2.ErrCorrupt/ErrUnsupported.
 func Open(f *os.File) (*Encrypted, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -91,6 +98,9 @@ func Open(f *os.File) (*Encrypted, error) {
 	}
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+	}
+	if qcow2.IsQcow2(f) {
+		return openQcow2(f, st.Size())
 	}
 	return openRaw(f, st.Size())
 }
@@ -146,36 +156,112 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 	return &Key{Cipher: c, Slot: used, volume: vk}, nil
 }
 
-// Decrypt writes the plaintext of a raw LUKS image to dst, which must be
-// an empty regular file. All-zero plaintext chunks are left as holes.
+// Decrypt writes the plaintext of the image to dst, an empty regular file,
+// as a raw image. All-zero plaintext is left as holes.
 func (e *Encrypted) Decrypt(ctx context.Context, dst *os.File, k *Key, p Pipeline) error {
-	if err := dst.Truncate(e.PayloadSize); err != nil {
-		return fmt.Errorf("failed to size output: %w", err)
+	return e.DecryptTo(ctx, dst, k, DecryptOptions{Format: Raw, Pipeline: p})
+}
+
+// DecryptOptions configure a decryption.
+type DecryptOptions struct {
+	// Format of the output: raw, or plain qcow2. Empty means the input's
+	// container format.
+	Format Format
+	// ClusterSize of a qcow2 output; 0 means the input's cluster size for
+	// qcow2 input, else 64 KiB.
+	ClusterSize int64
+	Pipeline    Pipeline
+}
+
+// DecryptTo writes the plaintext of the image to dst, an empty regular
+// file, in the chosen format. Zero plaintext stays sparse: holes in a raw
+// output, unallocated clusters in a qcow2 output.
+func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o DecryptOptions) error {
+	if o.Format == "" {
+		o.Format = e.Format
 	}
-	ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: 0}}
+	var w io.WriterAt = dst
+	var qw *qcowOut
+	switch o.Format {
+	case Raw:
+		if err := dst.Truncate(e.PayloadSize); err != nil {
+			return fmt.Errorf("failed to size output: %w", err)
+		}
+	case Qcow2:
+		cs := o.ClusterSize
+		if cs == 0 && e.qcow != nil {
+			cs = e.qcow.ClusterSize
+		}
+		var err error
+		if qw, err = newQcowOut(dst, e.PayloadSize, cs); err != nil {
+			return err
+		}
+		w = qw
+	default:
+		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
+	}
 	t := func(d, s []byte, first uint64) { k.Cipher.DecryptSectors(d, s, first, SectorSize) }
-	return sectors.Run(ctx, dst, e.f, ext, t, p.options(e.PayloadSize, true))
+	var err error
+	if e.Format == Qcow2 {
+		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
+	} else {
+		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: 0}}
+		err = sectors.Run(ctx, w, e.f, ext, t, o.Pipeline.options(e.PayloadSize, true))
+	}
+	if err != nil {
+		return err
+	}
+	if qw != nil {
+		return qw.close()
+	}
+	return nil
 }
 
 // EncryptOptions configure a new encrypted image.
 type EncryptOptions struct {
 	Header     header.Params
 	Passphrase []byte
-	Pipeline   Pipeline
+	// Format of the output: raw LUKS, or qcow2 with an embedded LUKS
+	// header. Empty means the input's format.
+	Format Format
+	// ClusterSize of a qcow2 output; 0 means 64 KiB.
+	ClusterSize int64
+	Pipeline    Pipeline
 }
 
-// EncryptRaw writes a raw LUKS1 image of the plaintext raw image src to
-// dst, an empty regular file: the header area as cryptsetup lays it out,
-// then the payload, sector 0 at the payload start. It returns the new
-// header.
+// EncryptRaw encrypts the plaintext raw image src into a raw LUKS1 image
+// in dst. See Encrypt.
 func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*header.Header, error) {
-	st, err := src.Stat()
+	p, err := OpenPlain(src)
 	if err != nil {
 		return nil, err
 	}
-	size := st.Size()
-	if size%SectorSize != 0 {
-		return nil, fmt.Errorf("%s: %w (%d bytes)", src.Name(), ErrSize, size)
+	if p.Format != Raw {
+		return nil, fmt.Errorf("%s: not a raw image", src.Name())
+	}
+	o.Format = Raw
+	return Encrypt(ctx, dst, p, o)
+}
+
+// Encrypt writes an encrypted image of the plaintext image src to dst, an
+// empty regular file, and returns its new header.
+//
+// A raw LUKS output is laid out as cryptsetup luksFormat --type luks1 lays
+// it out: the header area, then the payload at a 1 MiB boundary with IV
+// sector 0 at its start; every sector is encrypted, zeros included, since
+// raw LUKS has no allocation map. A qcow2 output embeds the LUKS header in
+// its own clusters, as qemu does, and stores only clusters holding
+// non-zero data, encrypted with IV sector = host offset / 512.
+func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (*header.Header, error) {
+	if o.Format == "" {
+		o.Format = src.Format
+	}
+	if o.Format == Qcow2 && o.Header.AlignSectors == 0 {
+		// qemu does not round the payload offset of an embedded header.
+		o.Header.AlignSectors = 8
+	}
+	if o.Format != Raw && o.Format != Qcow2 {
+		return nil, fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
 	h, vk, area, err := header.Format(o.Passphrase, o.Header)
 	if err != nil {
@@ -187,16 +273,19 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*head
 		return nil, err
 	}
 	defer c.Clear()
+	t := func(d, s []byte, first uint64) { c.EncryptSectors(d, s, first, SectorSize) }
+	if o.Format == Qcow2 {
+		return h, encryptQcow2(ctx, dst, src, area, t, o)
+	}
 	if _, err := dst.WriteAt(area, 0); err != nil {
 		return nil, fmt.Errorf("failed to write header: %w", err)
 	}
 	payload := int64(h.PayloadOffset) * SectorSize
-	if err := dst.Truncate(payload + size); err != nil {
+	if err := dst.Truncate(payload + src.Size); err != nil {
 		return nil, fmt.Errorf("failed to size output: %w", err)
 	}
-	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: size, Sector: 0}}
-	t := func(d, s []byte, first uint64) { c.EncryptSectors(d, s, first, SectorSize) }
-	if err := sectors.Run(ctx, dst, src, ext, t, o.Pipeline.options(size, false)); err != nil {
+	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: 0}}
+	if err := sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(src.Size, false)); err != nil {
 		return nil, err
 	}
 	return h, nil

@@ -9,23 +9,27 @@ import (
 )
 
 type decryptOptions struct {
-	key     keyOptions
-	keySlot int
-	force   bool
-	json    bool
+	key          keyOptions
+	keySlot      int
+	force        bool
+	json         bool
+	outputFormat string
+	clusterSize  int64
 }
 
 func newDecryptCommand(g *globalOptions) *cobra.Command {
 	var o decryptOptions
 	cmd := &cobra.Command{
 		Use:   "decrypt [flags] INPUT OUTPUT",
-		Short: "Decrypt a LUKS1 image into a plaintext raw image",
-		Long: `Decrypt a LUKS1 aes-cbc-essiv image made by cryptimg, cryptsetup or qemu-img
-into a plaintext raw image. Any active key slot may match the key, and any
-stored iteration count and hash (sha1, sha256, sha512) is accepted.
+		Short: "Decrypt a LUKS1 or qcow2+LUKS image into a plaintext raw or qcow2 image",
+		Long: `Decrypt a LUKS1 aes-cbc-essiv image, raw or qcow2+LUKS, made by cryptimg,
+cryptsetup or qemu-img, into a plaintext raw or qcow2 image (by default the
+input's format). Any active key slot may match the key, and any stored
+iteration count and hash (sha1, sha256, sha512) is accepted.
 
 OUTPUT is written to a temporary file beside it and renamed only when
-complete; runs of zero plaintext are left as holes.
+complete; zero plaintext stays sparse (holes in raw output, unallocated
+clusters in qcow2 output).
 ` + exitStatusHelp,
 		Example: `  cryptimg decrypt --key-file key.bin disk.luks disk.raw`,
 		Args:    cobra.ExactArgs(2),
@@ -38,6 +42,8 @@ complete; runs of zero plaintext are left as holes.
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7)")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
+	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default: the input's, or 65536)")
 	return cmd
 }
 
@@ -46,6 +52,10 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 		return usagef("--key-slot must be between 0 and 7")
 	}
 	if err := checkOutputPath(in, out, o.force); err != nil {
+		return err
+	}
+	format, err := parseFormat(o.outputFormat)
+	if err != nil {
 		return err
 	}
 	src, err := openInput(in)
@@ -75,7 +85,10 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	defer done()
 	prog := g.newProgress("decrypt")
 	start := time.Now()
-	err = e.Decrypt(cmd.Context(), dst.File, k, image.Pipeline{Jobs: g.jobs, Progress: prog.update})
+	err = e.DecryptTo(cmd.Context(), dst.File, k, image.DecryptOptions{
+		Format: format, ClusterSize: o.clusterSize,
+		Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update},
+	})
 	prog.finish(err == nil)
 	if err != nil {
 		return err
@@ -85,7 +98,7 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	}
 	h := e.Header
 	return g.report(o.json, summary{
-		Op: "decrypt", Input: in, Output: out, Format: string(e.Format),
+		Op: "decrypt", Input: in, Output: out, Format: string(formatOr(format, e.Format)),
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
 		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
 		UUID: h.UUID, KeySlot: k.Slot, PayloadOffset: int64(h.PayloadOffset),

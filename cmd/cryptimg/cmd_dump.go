@@ -52,6 +52,18 @@ type dumpJSON struct {
 	MKDigestSalt       string        `json:"mk_digest_salt"`
 	MKDigestIterations uint32        `json:"mk_digest_iterations"`
 	KeySlots           []keySlotJSON `json:"key_slots"`
+	Qcow2              *qcow2JSON    `json:"qcow2,omitempty"`
+}
+
+// qcow2JSON describes the qcow2 container of a qcow2+LUKS image.
+type qcow2JSON struct {
+	Version      int   `json:"version"`
+	ClusterSize  int64 `json:"cluster_size"`
+	VirtualSize  int64 `json:"virtual_size"`
+	CryptOffset  int64 `json:"crypt_offset"`
+	CryptLength  int64 `json:"crypt_length"`
+	ExtendedL2   bool  `json:"extended_l2"`
+	RefcountBits int   `json:"refcount_bits"`
 }
 
 type keySlotJSON struct {
@@ -89,6 +101,10 @@ func runDump(g *globalOptions, o dumpOptions, path string) error {
 				KeyMaterialOffset: s.KeyMaterialOffset, Stripes: s.Stripes,
 			})
 		}
+		if q := e.Qcow2; q != nil {
+			d.Qcow2 = &qcow2JSON{Version: q.Version, ClusterSize: q.ClusterSize, VirtualSize: q.Size,
+				CryptOffset: q.CryptOffset, CryptLength: q.CryptLength, ExtendedL2: q.ExtendedL2, RefcountBits: q.RefcountBits}
+		}
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
@@ -99,6 +115,14 @@ func runDump(g *globalOptions, o dumpOptions, path string) error {
 
 func writeDump(w io.Writer, path string, e *image.Encrypted) {
 	h := e.Header
+	if q := e.Qcow2; q != nil {
+		fmt.Fprintf(w, "qcow2 image information for %s\n\n", path)
+		fmt.Fprintf(w, "Version:       \t%d\n", q.Version)
+		fmt.Fprintf(w, "Virtual size:  \t%d bytes\n", q.Size)
+		fmt.Fprintf(w, "Cluster size:  \t%d\n", q.ClusterSize)
+		fmt.Fprintf(w, "Extended L2:   \t%v\n", q.ExtendedL2)
+		fmt.Fprintf(w, "Encryption:    \tLUKS, header at offset %d, %d bytes\n\n", q.CryptOffset, q.CryptLength)
+	}
 	fmt.Fprintf(w, "LUKS header information for %s\n\n", path)
 	fmt.Fprintf(w, "Version:       \t%d\n", h.Version)
 	fmt.Fprintf(w, "Cipher name:   \t%s\n", h.CipherName)

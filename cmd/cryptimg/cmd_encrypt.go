@@ -22,23 +22,33 @@ type encryptOptions struct {
 	alignPayload    uint32
 	force           bool
 	json            bool
+	outputFormat    string
+	clusterSize     int64
 }
 
 func newEncryptCommand(g *globalOptions) *cobra.Command {
 	var o encryptOptions
 	cmd := &cobra.Command{
 		Use:   "encrypt [flags] INPUT OUTPUT",
-		Short: "Encrypt a plaintext raw image into a LUKS1 image",
-		Long: `Encrypt a plaintext raw disk image into a LUKS1 image laid out exactly as
-"cryptsetup luksFormat --type luks1" lays it out: key slot 0 holds the key,
-the payload starts at a 1 MiB boundary, and cryptsetup, dm-crypt and qemu
-open the result.
+		Short: "Encrypt a plaintext raw or qcow2 image into a LUKS1 or qcow2+LUKS image",
+		Long: `Encrypt a plaintext raw or qcow2 disk image (detected by its magic).
 
-INPUT must be a whole number of 512-byte sectors. OUTPUT is written to a
-temporary file beside it and renamed only when complete.
+A raw output is a LUKS1 image laid out exactly as "cryptsetup luksFormat
+--type luks1" lays it out: key slot 0 holds the key, the payload starts at a
+1 MiB boundary, and cryptsetup, dm-crypt and qemu open the result.
+
+A qcow2 output is an encrypted qcow2 (encrypt.format=luks) that qemu boots:
+the LUKS1 header lives in its own clusters, only clusters holding non-zero
+data are stored, and each is encrypted with IV sector = host offset / 512.
+
+The output format defaults to the input's. A raw INPUT must be a whole
+number of 512-byte sectors. OUTPUT is written to a temporary file beside it
+and renamed only when complete.
 ` + exitStatusHelp,
 		Example: `  cryptimg encrypt --key-file key.bin disk.raw disk.luks
-  head -c 32 /dev/urandom > key.bin; cryptimg encrypt -d key.bin --progress json disk.raw disk.luks`,
+  cryptimg encrypt -d key.bin --progress json disk.raw disk.luks
+  cryptimg encrypt -d key.bin vm.qcow2 vm-encrypted.qcow2
+  cryptimg encrypt -d key.bin --output-format qcow2 disk.raw vm-encrypted.qcow2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runEncrypt(cmd, g, o, args[0], args[1])
@@ -55,6 +65,8 @@ temporary file beside it and renamed only when complete.
 	f.Uint32Var(&o.alignPayload, "align-payload", 0, "align the payload to this many 512-byte sectors (default 2048, 1 MiB)")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
+	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
 	return cmd
 }
 
@@ -102,12 +114,13 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return err
 	}
 	defer src.Close()
-	st, err := src.Stat()
+	format, err := parseFormat(o.outputFormat)
 	if err != nil {
 		return err
 	}
-	if st.Size()%image.SectorSize != 0 {
-		return fmt.Errorf("%s: %w (%d bytes)", in, image.ErrSize, st.Size())
+	plain, err := image.OpenPlain(src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
 	}
 	if e, err := image.Open(src); err == nil && !g.quiet {
 		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.UUID)
@@ -125,10 +138,12 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	defer done()
 	prog := g.newProgress("encrypt")
 	start := time.Now()
-	h, err := image.EncryptRaw(cmd.Context(), dst.File, src, image.EncryptOptions{
-		Header:     params,
-		Passphrase: key,
-		Pipeline:   image.Pipeline{Jobs: g.jobs, Progress: prog.update},
+	h, err := image.Encrypt(cmd.Context(), dst.File, plain, image.EncryptOptions{
+		Header:      params,
+		Passphrase:  key,
+		Format:      format,
+		ClusterSize: o.clusterSize,
+		Pipeline:    image.Pipeline{Jobs: g.jobs, Progress: prog.update},
 	})
 	prog.finish(err == nil)
 	if err != nil {
@@ -138,8 +153,8 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return err
 	}
 	return g.report(o.json, summary{
-		Op: "encrypt", Input: in, Output: out, Format: string(image.Raw),
-		Bytes: st.Size(), Seconds: time.Since(start).Seconds(),
+		Op: "encrypt", Input: in, Output: out, Format: string(formatOr(format, plain.Format)),
+		Bytes: plain.Size, Seconds: time.Since(start).Seconds(),
 		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
 		UUID: h.UUID, KeySlot: 0, PayloadOffset: int64(h.PayloadOffset),
 	})
@@ -161,6 +176,22 @@ type summary struct {
 	UUID          string  `json:"uuid"`
 	KeySlot       int     `json:"key_slot"`
 	PayloadOffset int64   `json:"payload_offset"`
+}
+
+// parseFormat checks an --output-format value; "" means the input's.
+func parseFormat(s string) (image.Format, error) {
+	switch f := image.Format(s); f {
+	case "", image.Raw, image.Qcow2:
+		return f, nil
+	}
+	return "", usagef("unknown --output-format %q: use raw or qcow2", s)
+}
+
+func formatOr(f, def image.Format) image.Format {
+	if f == "" {
+		return def
+	}
+	return f
 }
 
 func (g *globalOptions) report(asJSON bool, s summary) error {

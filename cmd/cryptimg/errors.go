@@ -6,6 +6,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 // exitCode maps an error to cryptimg's exit status, in one place.
@@ -20,7 +21,9 @@ func exitCode(err error) int {
 		return exitNoKey
 	case errors.Is(err, header.ErrNotLUKS),
 		errors.Is(err, header.ErrCorrupt),
-		errors.Is(err, image.ErrTruncated):
+		errors.Is(err, image.ErrTruncated),
+		errors.Is(err, image.ErrNotEncrypted),
+		errors.Is(err, qcow2.ErrCorrupt):
 		return exitBadImage
 	case errors.As(err, &ue):
 		return exitFailure
