@@ -328,58 +328,57 @@ func (e *Encrypted) RemoveKey(passphrase []byte, o RemoveOptions) (int, error) {
 	return slot, nil
 }
 
-// ChangeKey replaces the passphrase old (tried in oldSlot, -1 for any)
-// with newPass and returns both slots. As cryptsetup does for LUKS1, the
-// new passphrase goes into a free slot (o.Slot, or the lowest free one),
-// which is verified by reopening the image; only then is the old slot
-// disabled and wiped. Until that header write the old passphrase works,
-// after it the new one does. With no free slot it returns ErrNoFreeSlot
-// unless o.InPlace, which overwrites the old slot as cryptsetup does
-// (material, then header: a crash in between loses that key).
-func (e *Encrypted) ChangeKey(old, newPass []byte, oldSlot int, o ChangeOptions) (from, to int, err error) {
+// ChangeKey replaces the passphrase of the slot k was unlocked from
+// (k.Slot, from Unlock) with newPass and returns the slot that now holds
+// it. As cryptsetup does for LUKS1, the new passphrase goes into a free
+// slot (o.Slot, or the lowest free one), which is verified by reopening the
+// image; only then is the old slot disabled and wiped. Until that header
+// write the old passphrase works, after it the new one does. With no free
+// slot it returns ErrNoFreeSlot unless o.InPlace, which reuses the old slot
+// as cryptsetup does (disable and wipe, then write the new key: a crash in
+// between loses that key).
+func (e *Encrypted) ChangeKey(k *Key, newPass []byte, o ChangeOptions) (int, error) {
 	f, err := e.rw()
 	if err != nil {
-		return -1, -1, err
+		return -1, err
 	}
 	if len(newPass) == 0 {
-		return -1, -1, errors.New("empty passphrase")
+		return -1, errors.New("empty passphrase")
 	}
-	k, err := e.Unlock(old, oldSlot)
-	if err != nil {
-		return -1, -1, err
+	from := k.Slot
+	if from < 0 || from >= header.NumSlots || !e.Header.Slots[from].Active() {
+		return -1, fmt.Errorf("key slot %d: %w", from, ErrSlotInactive)
 	}
-	defer k.Clear()
-	from = k.Slot
-	to, err = e.pickSlot(o.Slot)
+	to, err := e.pickSlot(o.Slot)
 	inPlace := false
 	if errors.Is(err, ErrNoFreeSlot) && o.InPlace {
 		to, err, inPlace = from, nil, true
 	}
 	if err != nil {
-		return -1, -1, err
+		return -1, err
 	}
 	iter, err := e.iterations(o.SlotOptions)
 	if err != nil {
-		return -1, -1, err
+		return -1, err
 	}
 	if inPlace {
 		// cryptsetup's order: the old slot is destroyed, then set again.
 		if err := e.killSlot(f, from, o.Rand); err != nil {
-			return -1, -1, err
+			return -1, err
 		}
 		if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
-			return -1, -1, err
+			return -1, err
 		}
-		return from, to, nil
+		return to, nil
 	}
 	if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
-		return -1, -1, err
+		return -1, err
 	}
-	// Commit point: from here on only the new passphrase opens the image.
+	// Commit point: from this header write on only newPass opens the image.
 	if err := e.killSlot(f, from, o.Rand); err != nil {
-		return from, to, err
+		return to, err
 	}
-	return from, to, nil
+	return to, nil
 }
 
 // SetUUID writes a new UUID into the header (cryptsetup luksUUID --uuid).

@@ -161,10 +161,10 @@ func TestRemoveKey(t *testing.T) {
 }
 
 func TestChangeKey(t *testing.T) {
-	f, e, _ := newTestImage(t, make([]byte, 4096))
-	from, to, err := e.ChangeKey(testPass, []byte("new"), -1, ChangeOptions{SlotOptions: fast(-1)})
-	if err != nil || from != 0 || to != 1 {
-		t.Fatalf("ChangeKey = %d, %d, %v; want 0, 1", from, to, err)
+	f, e, k := newTestImage(t, make([]byte, 4096))
+	to, err := e.ChangeKey(k, []byte("new"), ChangeOptions{SlotOptions: fast(-1)})
+	if err != nil || to != 1 {
+		t.Fatalf("ChangeKey = %d, %v; want 1", to, err)
 	}
 	r := reopen(t, f)
 	if _, err := r.TestKey(testPass, -1); !errors.Is(err, header.ErrNoMatchingKeyslot) {
@@ -173,8 +173,8 @@ func TestChangeKey(t *testing.T) {
 	if s, err := r.TestKey([]byte("new"), -1); err != nil || s != 1 {
 		t.Errorf("new passphrase: %d, %v", s, err)
 	}
-	if _, _, err := e.ChangeKey([]byte("wrong"), []byte("x"), -1, ChangeOptions{SlotOptions: fast(-1)}); !errors.Is(err, header.ErrNoMatchingKeyslot) {
-		t.Errorf("wrong old passphrase: %v", err)
+	if _, err := e.ChangeKey(k, []byte("x"), ChangeOptions{SlotOptions: fast(-1)}); !errors.Is(err, ErrSlotInactive) {
+		t.Errorf("changing a removed slot: %v", err)
 	}
 }
 
@@ -185,13 +185,18 @@ func TestChangeKeyInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	k3, err := e.Unlock([]byte("k3"), -1)
+	if err != nil || k3.Slot != 3 {
+		t.Fatal(k3, err)
+	}
+	defer k3.Clear()
 	o := ChangeOptions{SlotOptions: fast(-1)}
-	if _, _, err := e.ChangeKey([]byte("k3"), []byte("new"), -1, o); !errors.Is(err, ErrNoFreeSlot) {
+	if _, err := e.ChangeKey(k3, []byte("new"), o); !errors.Is(err, ErrNoFreeSlot) {
 		t.Fatalf("full header without InPlace: %v, want ErrNoFreeSlot", err)
 	}
 	o.InPlace = true
-	if from, to, err := e.ChangeKey([]byte("k3"), []byte("new"), -1, o); err != nil || from != 3 || to != 3 {
-		t.Fatalf("in-place ChangeKey = %d, %d, %v", from, to, err)
+	if to, err := e.ChangeKey(k3, []byte("new"), o); err != nil || to != 3 {
+		t.Fatalf("in-place ChangeKey = %d, %v", to, err)
 	}
 	r := reopen(t, f)
 	if s, err := r.TestKey([]byte("new"), -1); err != nil || s != 3 {

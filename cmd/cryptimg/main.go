@@ -51,6 +51,7 @@ type globalOptions struct {
 	stderrFile *os.File
 
 	quiet    bool
+	batch    bool // --batch-mode: no confirmations, no passphrase verification
 	progress string
 	jobs     int
 
@@ -86,6 +87,7 @@ type the passphrase at the terminal prompt.
 	root.SetErr(g.stderr)
 	f := root.PersistentFlags()
 	f.BoolVar(&g.quiet, "quiet", false, "print nothing but errors")
+	f.BoolVarP(&g.batch, "batch-mode", "q", false, "do not ask for confirmation or to verify a new passphrase (as cryptsetup -q)")
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
 	root.AddCommand(
@@ -93,6 +95,15 @@ type the passphrase at the terminal prompt.
 		newDecryptCommand(g),
 		newDumpCommand(g),
 		newVersionCommand(g),
+		newAddKeyCommand(g),
+		newRemoveKeyCommand(g),
+		newChangeKeyCommand(g),
+		newKillSlotCommand(g),
+		newTestKeyCommand(g),
+		newHeaderBackupCommand(g),
+		newHeaderRestoreCommand(g),
+		newUUIDCommand(g),
+		newIsLUKSCommand(g),
 		newLsCommand(g),
 		newCatCommand(g),
 	)
