@@ -17,7 +17,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case errors.Is(err, header.ErrNoMatchingKeyslot):
+	case errors.Is(err, header.ErrNoMatchingKeyslot),
+		errors.Is(err, image.ErrVolumeKeyMismatch):
 		return exitNoKey
 	case errors.Is(err, header.ErrNotLUKS),
 		errors.Is(err, header.ErrCorrupt),
