@@ -20,7 +20,7 @@ go build -C "$root" -o "$dir/cryptimg" ./cmd/cryptimg
 go build -C "$root" -tags purego -o "$dir/cryptimg-purego" ./cmd/cryptimg
 printf 'benchmark passphrase' > key
 head -c $((size_mib << 20)) /dev/urandom > plain.raw
-./cryptimg encrypt -q -d key --pbkdf-force-iterations 1000 plain.raw enc.luks
+./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 plain.raw enc.luks
 S="--object secret,id=sec0,file=$dir/key"
 L='key-secret=sec0,cipher-alg=aes-256,cipher-mode=cbc,ivgen-alg=essiv,ivgen-hash-alg=sha256,hash-alg=sha256,iter-time=10'
 
@@ -38,12 +38,12 @@ measure() {
 
 for r in $(seq 1 "$rounds"); do
   measure dd dd if=plain.raw of=out.dd bs=4M
-  measure encrypt ./cryptimg encrypt -q -d key --pbkdf-force-iterations 1000 plain.raw out.enc
-  measure decrypt ./cryptimg decrypt -q -d key enc.luks out.dec
+  measure encrypt ./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 plain.raw out.enc
+  measure decrypt ./cryptimg decrypt --quiet -d key enc.luks out.dec
   measure qemu-encrypt qemu-img convert $S -f raw -O luks -o "$L" plain.raw out.qenc
   measure qemu-decrypt qemu-img convert $S --image-opts "driver=luks,key-secret=sec0,file.filename=$dir/enc.luks" -O raw out.qdec
-  measure purego-j1 ./cryptimg-purego encrypt -q -j 1 -d key --pbkdf-force-iterations 1000 plain.raw out.p1
-  measure purego-j2 ./cryptimg-purego encrypt -q -j 2 -d key --pbkdf-force-iterations 1000 plain.raw out.p2
+  measure purego-j1 ./cryptimg-purego encrypt --quiet -j 1 -d key --pbkdf-force-iterations 1000 plain.raw out.p1
+  measure purego-j2 ./cryptimg-purego encrypt --quiet -j 2 -d key --pbkdf-force-iterations 1000 plain.raw out.p2
 done
 rm -f out.*
 
@@ -69,7 +69,7 @@ echo "- purego --jobs 1 ÷ --jobs 2: $(ratio "$(col purego-j1 1)" "$(col purego-
 
 # Peak RSS on a 4 GiB (sparse) image at the default --jobs.
 truncate -s 4G big.raw
-/usr/bin/time -f '%M' -o t.$$ ./cryptimg encrypt -q -d key --pbkdf-force-iterations 1000 big.raw big.luks
+/usr/bin/time -f '%M' -o t.$$ ./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 big.raw big.luks
 echo "- peak RSS encrypting a 4 GiB image (default --jobs): $(( $(cat t.$$) / 1024 )) MiB"
-/usr/bin/time -f '%M' -o t.$$ ./cryptimg decrypt -q -d key big.luks big.out
+/usr/bin/time -f '%M' -o t.$$ ./cryptimg decrypt --quiet -d key big.luks big.out
 echo "- peak RSS decrypting it: $(( $(cat t.$$) / 1024 )) MiB"
