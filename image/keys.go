@@ -509,8 +509,8 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 	limit := int64(-1) // bytes available for the header area
 	if e, err := Open(f); err == nil {
 		r.Current, r.offset = e.Header, e.HeaderOffset
-		if e.Format == Qcow2 {
-			limit = size - e.HeaderOffset
+		if e.Qcow2 != nil {
+			limit = e.Qcow2.CryptLength
 		}
 	} else {
 		r.CurrentErr = err
@@ -523,12 +523,6 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 				return nil, fmt.Errorf("%w: qcow2 image is not LUKS-encrypted", header.ErrNotLUKS)
 			}
 			r.offset, limit = q.CryptOffset, q.CryptLength
-		}
-	}
-	if r.Current != nil && r.offset != 0 {
-		// qcow2 found through image.Open: bound by its LUKS area.
-		if q, qerr := qcow2.Open(f, size); qerr == nil && q.CryptLength > 0 {
-			limit = q.CryptLength
 		}
 	}
 	n := min(int64(len(data)), BackupSize(bh))
@@ -560,14 +554,25 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 }
 
 // Apply writes the backup's key slot area, syncs it, then writes the phdr
-// and syncs again. A Mismatch is refused unless force is set.
+// and syncs again. A Mismatch is refused unless force is set. Apply
+// discards the backup data, so it can run once.
 func (r *Restore) Apply(force bool) error {
-	defer clear(r.data)
 	if r.Mismatch != nil && !force {
 		return r.Mismatch
 	}
+	if r.data == nil {
+		return errors.New("image: header restore already applied or discarded")
+	}
+	defer r.Discard()
 	if err := writeSync(r.f, r.data[header.PhdrSize:], r.offset+header.PhdrSize, "key slot area"); err != nil {
 		return err
 	}
 	return writeSync(r.f, r.data[:header.PhdrSize], r.offset, "LUKS header")
+}
+
+// Discard clears the backup data held for Apply; call it (deferred) when a
+// prepared restore may not be applied.
+func (r *Restore) Discard() {
+	clear(r.data)
+	r.data = nil
 }

@@ -91,6 +91,7 @@ func runHeaderRestore(g *globalOptions, o headerRestoreOptions, path, backup str
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	defer r.Discard()
 	if r.Mismatch != nil && !o.force {
 		return fmt.Errorf("%s: %w (pass --force to restore anyway)", path, r.Mismatch)
 	}
