@@ -302,3 +302,37 @@ func TestHeaderBackupRestore(t *testing.T) {
 		t.Errorf("truncated backup: %v", err)
 	}
 }
+
+// TestAddKeyRollsBackWhenVerifyFails swaps another image in under the
+// file's name, so the reopen-and-unlock check fails: AddKey must put the
+// old header back, wipe the slot and keep the old key working.
+func TestAddKeyRollsBackWhenVerifyFails(t *testing.T) {
+	f, e, k := newTestImage(t, make([]byte, 4096))
+	g, _, _ := newTestImage(t, make([]byte, 4096))
+	material := slotMaterial(t, f, e, 1)
+	if err := os.Rename(g.Name(), f.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AddKey(k, []byte("second"), fast(-1)); !errors.Is(err, ErrVerifyFailed) {
+		t.Fatalf("AddKey = %v, want ErrVerifyFailed", err)
+	}
+	if e.Header.Slots[1].Active() {
+		t.Error("in-memory header keeps the failed slot")
+	}
+	r, err := Open(f) // the original inode, still open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Header.Slots[1].Active() {
+		t.Fatal("on-disk header keeps the failed slot")
+	}
+	if after := slotMaterial(t, f, r, 1); bytes.Equal(after, material) {
+		t.Error("failed slot's area was not rewritten")
+	}
+	if _, err := r.TestKey(testPass, 0); err != nil {
+		t.Errorf("old key after rollback: %v", err)
+	}
+	if _, err := r.TestKey([]byte("second"), -1); !errors.Is(err, header.ErrNoMatchingKeyslot) {
+		t.Errorf("rolled-back key: %v", err)
+	}
+}
