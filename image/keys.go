@@ -444,7 +444,11 @@ func (e *Encrypted) HeaderBackup(path string) error {
 	if int64(m) < e.Header.AreaSize() {
 		return fmt.Errorf("%w: header area is truncated", header.ErrCorrupt)
 	}
-	clear(buf[592:min(backupAlign, int64(firstMaterial(e.Header)))])
+	clear(buf[592:min(backupAlign, firstMaterial(e.Header))])
+	if e.Qcow2 != nil && e.Qcow2.CryptLength < n {
+		// Whatever follows the qcow2 LUKS area is not part of it.
+		clear(buf[max(e.Qcow2.CryptLength, e.Header.AreaSize()):])
+	}
 	o, err := CreateOutput(path, false)
 	if err != nil {
 		return err
