@@ -19,6 +19,9 @@
 // slot and computes X = AESENCLAST(T, state), which is already the round-0
 // input of block b+1; the ciphertext C[b] = X ^ T ^ k[nr] is stored off the
 // dependency chain. The plaintext for block b+2 is gathered one step ahead.
+// Lanes 2 or 4 KiB apart would all hit one L1 set at every step, so the
+// widest kernels have variants (encSkewed) whose registers run skewed by 2
+// or 4 blocks.
 //
 // CBC decrypt works on one sector at a time, 8 (xmm) or 16 (ymm) blocks per
 // iteration. All loads of an iteration, including the previous ciphertext
