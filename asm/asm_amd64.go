@@ -113,7 +113,7 @@ type sizedLanes struct {
 var (
 	vaesLanes = []lanes{
 		{16, encLanes16VAES, []sizedLanes{{4096, encSkew4Lanes16VAES}, {2048, encSkew2Lanes16VAES}}},
-		{8, encLanes8VAES, nil},
+		{8, encLanes8VAES, []sizedLanes{{4096, encSkew4Lanes8VAES}}},
 		{4, encLanes4VAES, nil},
 		{2, encLanes2VAES, nil},
 		{1, encLanes1AESNI, nil},

@@ -4830,7 +4830,7 @@ rounds_done_73:
 	PXOR  X14, X11
 	MOVOU X11, 112(SP)
 
-	// Steady state: blocks - 2 - 7*skew steps with every vector
+	// Steady state: blocks - 2 - (V-1)*skew steps with every vector
 	MOVQ R13, R12
 	SUBQ $0x00000010, R12
 
@@ -7982,7 +7982,7 @@ rounds_done_107:
 	VPXOR          Y14, Y9, Y9
 	VMOVDQU        Y9, 224(SP)
 
-	// Steady state: blocks - 2 - 7*skew steps with every vector
+	// Steady state: blocks - 2 - (V-1)*skew steps with every vector
 	MOVQ R13, R12
 	SUBQ $0x00000010, R12
 
@@ -11297,7 +11297,7 @@ rounds_done_141:
 	VPXOR          Y14, Y9, Y9
 	VMOVDQU        Y9, 224(SP)
 
-	// Steady state: blocks - 2 - 7*skew steps with every vector
+	// Steady state: blocks - 2 - (V-1)*skew steps with every vector
 	MOVQ R13, R12
 	SUBQ $0x0000001e, R12
 
@@ -14309,6 +14309,1374 @@ rounds_done_181:
 	VMOVDQU Y0, 224(SP)
 	RET
 
+// func encSkew4Lanes8VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
+// Requires: AVX, AVX2, VAES
+TEXT ·encSkew4Lanes8VAES(SB), $128-72
+	// ESSIV IVs
+	MOVQ           first+48(FP), R14
+	MOVQ           step+56(FP), R15
+	MOVQ           ivnr+16(FP), R12
+	MOVQ           ivxk+24(FP), R13
+	MOVQ           R14, AX
+	VMOVQ          AX, X0
+	MOVQ           R15, BX
+	IMUL3Q         $0x04, BX, BX
+	ADDQ           R14, BX
+	VMOVQ          BX, X10
+	VINSERTI128    $0x01, X10, Y0, Y0
+	MOVQ           R15, AX
+	ADDQ           R14, AX
+	VMOVQ          AX, X1
+	MOVQ           R15, BX
+	IMUL3Q         $0x05, BX, BX
+	ADDQ           R14, BX
+	VMOVQ          BX, X11
+	VINSERTI128    $0x01, X11, Y1, Y1
+	MOVQ           R15, AX
+	IMUL3Q         $0x02, AX, AX
+	ADDQ           R14, AX
+	VMOVQ          AX, X2
+	MOVQ           R15, BX
+	IMUL3Q         $0x06, BX, BX
+	ADDQ           R14, BX
+	VMOVQ          BX, X12
+	VINSERTI128    $0x01, X12, Y2, Y2
+	MOVQ           R15, AX
+	IMUL3Q         $0x03, AX, AX
+	ADDQ           R14, AX
+	VMOVQ          AX, X3
+	MOVQ           R15, BX
+	IMUL3Q         $0x07, BX, BX
+	ADDQ           R14, BX
+	VMOVQ          BX, X13
+	VINSERTI128    $0x01, X13, Y3, Y3
+	VBROADCASTI128 (R13), Y8
+	VPXOR          Y8, Y0, Y0
+	VPXOR          Y8, Y1, Y1
+	VPXOR          Y8, Y2, Y2
+	VPXOR          Y8, Y3, Y3
+	VBROADCASTI128 16(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           R12, $0x0c
+	JB             rounds_done_182
+	VBROADCASTI128 160(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_182
+	VBROADCASTI128 192(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(R13), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_182:
+	MOVQ           R12, AX
+	SHLQ           $0x04, AX
+	ADDQ           R13, AX
+	VBROADCASTI128 (AX), Y8
+	VAESENCLAST    Y8, Y0, Y0
+	VAESENCLAST    Y8, Y1, Y1
+	VAESENCLAST    Y8, Y2, Y2
+	VAESENCLAST    Y8, Y3, Y3
+
+	// Bulk key and lane pointers
+	MOVQ           nr+0(FP), AX
+	MOVQ           xk+8(FP), BX
+	MOVQ           src+40(FP), CX
+	MOVQ           dst+32(FP), DX
+	MOVQ           ss+64(FP), R8
+	LEAQ           (R8)(R8*2), R9
+	LEAQ           (R8)(R8*4), R10
+	LEAQ           (R9)(R8*4), R11
+	IMUL3Q         $0x04, R8, SI
+	MOVQ           SI, DI
+	ADDQ           CX, SI
+	ADDQ           DX, DI
+	MOVQ           AX, R12
+	SHLQ           $0x04, R12
+	ADDQ           BX, R12
+	VBROADCASTI128 (R12), Y15
+	VBROADCASTI128 (BX), Y8
+	VPXOR          Y8, Y15, Y14
+	MOVQ           R8, R13
+	SHRQ           $0x04, R13
+
+	// Vector 0 starts: state = IV ^ P[0] ^ k0
+	VBROADCASTI128 (BX), Y8
+	VMOVDQU        (CX), X9
+	VINSERTI128    $0x01, (SI), Y9, Y9
+	VPXOR          Y9, Y0, Y0
+	VPXOR          Y8, Y0, Y0
+	VMOVDQU        16(CX), X10
+	VINSERTI128    $0x01, 16(SI), Y10, Y10
+	VPXOR          Y14, Y10, Y10
+	VMOVDQU        Y10, (SP)
+	MOVQ           $0x00000004, R12
+
+skew_up_183:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	CMPQ           AX, $0x0c
+	JB             rounds_done_184
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	JE             rounds_done_184
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+
+rounds_done_184:
+	VMOVDQU      (SP), Y11
+	VAESENCLAST  Y11, Y0, Y0
+	VPXOR        Y0, Y11, Y11
+	VPXOR        Y15, Y11, Y11
+	VMOVDQU      X11, (DX)
+	VEXTRACTI128 $0x01, Y11, (DI)
+	VMOVDQU      32(CX), X12
+	VINSERTI128  $0x01, 32(SI), Y12, Y12
+	VPXOR        Y14, Y12, Y12
+	VMOVDQU      Y12, (SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JNZ          skew_up_183
+
+	// Vector 1 starts: state = IV ^ P[0] ^ k0
+	VBROADCASTI128 (BX), Y8
+	VMOVDQU        -64(CX)(R8*1), X13
+	VINSERTI128    $0x01, -64(SI)(R8*1), Y13, Y13
+	VPXOR          Y13, Y1, Y1
+	VPXOR          Y8, Y1, Y1
+	VMOVDQU        -48(CX)(R8*1), X9
+	VINSERTI128    $0x01, -48(SI)(R8*1), Y9, Y9
+	VPXOR          Y14, Y9, Y9
+	VMOVDQU        Y9, 32(SP)
+	MOVQ           $0x00000004, R12
+
+skew_up_185:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	CMPQ           AX, $0x0c
+	JB             rounds_done_186
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	JE             rounds_done_186
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+
+rounds_done_186:
+	VMOVDQU      (SP), Y10
+	VAESENCLAST  Y10, Y0, Y0
+	VPXOR        Y0, Y10, Y10
+	VPXOR        Y15, Y10, Y10
+	VMOVDQU      X10, (DX)
+	VEXTRACTI128 $0x01, Y10, (DI)
+	VMOVDQU      32(CX), X11
+	VINSERTI128  $0x01, 32(SI), Y11, Y11
+	VPXOR        Y14, Y11, Y11
+	VMOVDQU      Y11, (SP)
+	VMOVDQU      32(SP), Y12
+	VAESENCLAST  Y12, Y1, Y1
+	VPXOR        Y1, Y12, Y12
+	VPXOR        Y15, Y12, Y12
+	VMOVDQU      X12, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y12, -64(DI)(R8*1)
+	VMOVDQU      -32(CX)(R8*1), X13
+	VINSERTI128  $0x01, -32(SI)(R8*1), Y13, Y13
+	VPXOR        Y14, Y13, Y13
+	VMOVDQU      Y13, 32(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JNZ          skew_up_185
+
+	// Vector 2 starts: state = IV ^ P[0] ^ k0
+	VBROADCASTI128 (BX), Y8
+	VMOVDQU        -128(CX)(R8*2), X9
+	VINSERTI128    $0x01, -128(SI)(R8*2), Y9, Y9
+	VPXOR          Y9, Y2, Y2
+	VPXOR          Y8, Y2, Y2
+	VMOVDQU        -112(CX)(R8*2), X10
+	VINSERTI128    $0x01, -112(SI)(R8*2), Y10, Y10
+	VPXOR          Y14, Y10, Y10
+	VMOVDQU        Y10, 64(SP)
+	MOVQ           $0x00000004, R12
+
+skew_up_187:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	CMPQ           AX, $0x0c
+	JB             rounds_done_188
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	JE             rounds_done_188
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+
+rounds_done_188:
+	VMOVDQU      (SP), Y11
+	VAESENCLAST  Y11, Y0, Y0
+	VPXOR        Y0, Y11, Y11
+	VPXOR        Y15, Y11, Y11
+	VMOVDQU      X11, (DX)
+	VEXTRACTI128 $0x01, Y11, (DI)
+	VMOVDQU      32(CX), X12
+	VINSERTI128  $0x01, 32(SI), Y12, Y12
+	VPXOR        Y14, Y12, Y12
+	VMOVDQU      Y12, (SP)
+	VMOVDQU      32(SP), Y13
+	VAESENCLAST  Y13, Y1, Y1
+	VPXOR        Y1, Y13, Y13
+	VPXOR        Y15, Y13, Y13
+	VMOVDQU      X13, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y13, -64(DI)(R8*1)
+	VMOVDQU      -32(CX)(R8*1), X9
+	VINSERTI128  $0x01, -32(SI)(R8*1), Y9, Y9
+	VPXOR        Y14, Y9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      64(SP), Y10
+	VAESENCLAST  Y10, Y2, Y2
+	VPXOR        Y2, Y10, Y10
+	VPXOR        Y15, Y10, Y10
+	VMOVDQU      X10, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y10, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X11
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y11, Y11
+	VPXOR        Y14, Y11, Y11
+	VMOVDQU      Y11, 64(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JNZ          skew_up_187
+
+	// Vector 3 starts: state = IV ^ P[0] ^ k0
+	VBROADCASTI128 (BX), Y8
+	VMOVDQU        -192(CX)(R9*1), X12
+	VINSERTI128    $0x01, -192(SI)(R9*1), Y12, Y12
+	VPXOR          Y12, Y3, Y3
+	VPXOR          Y8, Y3, Y3
+	VMOVDQU        -176(CX)(R9*1), X13
+	VINSERTI128    $0x01, -176(SI)(R9*1), Y13, Y13
+	VPXOR          Y14, Y13, Y13
+	VMOVDQU        Y13, 96(SP)
+
+	// Steady state: blocks - 2 - (V-1)*skew steps with every vector
+	MOVQ R13, R12
+	SUBQ $0x0000000e, R12
+
+skew_loop_189:
+	TESTQ          R12, R12
+	JZ             skew_out_190
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_191
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_191
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_191:
+	VMOVDQU      (SP), Y9
+	VAESENCLAST  Y9, Y0, Y0
+	VPXOR        Y0, Y9, Y9
+	VPXOR        Y15, Y9, Y9
+	VMOVDQU      X9, (DX)
+	VEXTRACTI128 $0x01, Y9, (DI)
+	VMOVDQU      32(CX), X10
+	VINSERTI128  $0x01, 32(SI), Y10, Y10
+	VPXOR        Y14, Y10, Y10
+	VMOVDQU      Y10, (SP)
+	VMOVDQU      32(SP), Y11
+	VAESENCLAST  Y11, Y1, Y1
+	VPXOR        Y1, Y11, Y11
+	VPXOR        Y15, Y11, Y11
+	VMOVDQU      X11, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y11, -64(DI)(R8*1)
+	VMOVDQU      -32(CX)(R8*1), X12
+	VINSERTI128  $0x01, -32(SI)(R8*1), Y12, Y12
+	VPXOR        Y14, Y12, Y12
+	VMOVDQU      Y12, 32(SP)
+	VMOVDQU      64(SP), Y13
+	VAESENCLAST  Y13, Y2, Y2
+	VPXOR        Y2, Y13, Y13
+	VPXOR        Y15, Y13, Y13
+	VMOVDQU      X13, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y13, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X9
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y9, Y9
+	VPXOR        Y14, Y9, Y9
+	VMOVDQU      Y9, 64(SP)
+	VMOVDQU      96(SP), Y10
+	VAESENCLAST  Y10, Y3, Y3
+	VPXOR        Y3, Y10, Y10
+	VPXOR        Y15, Y10, Y10
+	VMOVDQU      X10, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y10, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X11
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y11, Y11
+	VPXOR        Y14, Y11, Y11
+	VMOVDQU      Y11, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JMP          skew_loop_189
+
+skew_out_190:
+	// Ramp-down: vector q finishes, skew steps apart
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_192
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_192
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_192:
+	VMOVDQU        (SP), Y12
+	VAESENCLAST    Y12, Y0, Y0
+	VPXOR          Y0, Y12, Y12
+	VPXOR          Y15, Y12, Y12
+	VMOVDQU        X12, (DX)
+	VEXTRACTI128   $0x01, Y12, (DI)
+	VMOVDQU        32(SP), Y13
+	VAESENCLAST    Y13, Y1, Y1
+	VPXOR          Y1, Y13, Y13
+	VPXOR          Y15, Y13, Y13
+	VMOVDQU        X13, -64(DX)(R8*1)
+	VEXTRACTI128   $0x01, Y13, -64(DI)(R8*1)
+	VMOVDQU        -32(CX)(R8*1), X9
+	VINSERTI128    $0x01, -32(SI)(R8*1), Y9, Y9
+	VPXOR          Y14, Y9, Y9
+	VMOVDQU        Y9, 32(SP)
+	VMOVDQU        64(SP), Y10
+	VAESENCLAST    Y10, Y2, Y2
+	VPXOR          Y2, Y10, Y10
+	VPXOR          Y15, Y10, Y10
+	VMOVDQU        X10, -128(DX)(R8*2)
+	VEXTRACTI128   $0x01, Y10, -128(DI)(R8*2)
+	VMOVDQU        -96(CX)(R8*2), X11
+	VINSERTI128    $0x01, -96(SI)(R8*2), Y11, Y11
+	VPXOR          Y14, Y11, Y11
+	VMOVDQU        Y11, 64(SP)
+	VMOVDQU        96(SP), Y12
+	VAESENCLAST    Y12, Y3, Y3
+	VPXOR          Y3, Y12, Y12
+	VPXOR          Y15, Y12, Y12
+	VMOVDQU        X12, -192(DX)(R9*1)
+	VEXTRACTI128   $0x01, Y12, -192(DI)(R9*1)
+	VMOVDQU        -160(CX)(R9*1), X13
+	VINSERTI128    $0x01, -160(SI)(R9*1), Y13, Y13
+	VPXOR          Y14, Y13, Y13
+	VMOVDQU        Y13, 96(SP)
+	ADDQ           $0x10, CX
+	ADDQ           $0x10, DX
+	ADDQ           $0x10, SI
+	ADDQ           $0x10, DI
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_193
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_193
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y0, Y0
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_193:
+	VAESENCLAST  Y15, Y0, Y0
+	VMOVDQU      X0, (DX)
+	VEXTRACTI128 $0x01, Y0, (DI)
+	VMOVDQU      32(SP), Y9
+	VAESENCLAST  Y9, Y1, Y1
+	VPXOR        Y1, Y9, Y9
+	VPXOR        Y15, Y9, Y9
+	VMOVDQU      X9, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y9, -64(DI)(R8*1)
+	VMOVDQU      -32(CX)(R8*1), X10
+	VINSERTI128  $0x01, -32(SI)(R8*1), Y10, Y10
+	VPXOR        Y14, Y10, Y10
+	VMOVDQU      Y10, 32(SP)
+	VMOVDQU      64(SP), Y11
+	VAESENCLAST  Y11, Y2, Y2
+	VPXOR        Y2, Y11, Y11
+	VPXOR        Y15, Y11, Y11
+	VMOVDQU      X11, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y11, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X12
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y12, Y12
+	VPXOR        Y14, Y12, Y12
+	VMOVDQU      Y12, 64(SP)
+	VMOVDQU      96(SP), Y13
+	VAESENCLAST  Y13, Y3, Y3
+	VPXOR        Y3, Y13, Y13
+	VPXOR        Y15, Y13, Y13
+	VMOVDQU      X13, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y13, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X9
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y9, Y9
+	VPXOR        Y14, Y9, Y9
+	VMOVDQU      Y9, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	MOVQ         $0x00000002, R12
+
+skew_loop_194:
+	TESTQ          R12, R12
+	JZ             skew_out_195
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_196
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_196
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_196:
+	VMOVDQU      32(SP), Y10
+	VAESENCLAST  Y10, Y1, Y1
+	VPXOR        Y1, Y10, Y10
+	VPXOR        Y15, Y10, Y10
+	VMOVDQU      X10, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y10, -64(DI)(R8*1)
+	VMOVDQU      -32(CX)(R8*1), X11
+	VINSERTI128  $0x01, -32(SI)(R8*1), Y11, Y11
+	VPXOR        Y14, Y11, Y11
+	VMOVDQU      Y11, 32(SP)
+	VMOVDQU      64(SP), Y12
+	VAESENCLAST  Y12, Y2, Y2
+	VPXOR        Y2, Y12, Y12
+	VPXOR        Y15, Y12, Y12
+	VMOVDQU      X12, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y12, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X13
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y13, Y13
+	VPXOR        Y14, Y13, Y13
+	VMOVDQU      Y13, 64(SP)
+	VMOVDQU      96(SP), Y9
+	VAESENCLAST  Y9, Y3, Y3
+	VPXOR        Y3, Y9, Y9
+	VPXOR        Y15, Y9, Y9
+	VMOVDQU      X9, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y9, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X10
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y10, Y10
+	VPXOR        Y14, Y10, Y10
+	VMOVDQU      Y10, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JMP          skew_loop_194
+
+skew_out_195:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_197
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_197
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_197:
+	VMOVDQU        32(SP), Y11
+	VAESENCLAST    Y11, Y1, Y1
+	VPXOR          Y1, Y11, Y11
+	VPXOR          Y15, Y11, Y11
+	VMOVDQU        X11, -64(DX)(R8*1)
+	VEXTRACTI128   $0x01, Y11, -64(DI)(R8*1)
+	VMOVDQU        64(SP), Y12
+	VAESENCLAST    Y12, Y2, Y2
+	VPXOR          Y2, Y12, Y12
+	VPXOR          Y15, Y12, Y12
+	VMOVDQU        X12, -128(DX)(R8*2)
+	VEXTRACTI128   $0x01, Y12, -128(DI)(R8*2)
+	VMOVDQU        -96(CX)(R8*2), X13
+	VINSERTI128    $0x01, -96(SI)(R8*2), Y13, Y13
+	VPXOR          Y14, Y13, Y13
+	VMOVDQU        Y13, 64(SP)
+	VMOVDQU        96(SP), Y9
+	VAESENCLAST    Y9, Y3, Y3
+	VPXOR          Y3, Y9, Y9
+	VPXOR          Y15, Y9, Y9
+	VMOVDQU        X9, -192(DX)(R9*1)
+	VEXTRACTI128   $0x01, Y9, -192(DI)(R9*1)
+	VMOVDQU        -160(CX)(R9*1), X10
+	VINSERTI128    $0x01, -160(SI)(R9*1), Y10, Y10
+	VPXOR          Y14, Y10, Y10
+	VMOVDQU        Y10, 96(SP)
+	ADDQ           $0x10, CX
+	ADDQ           $0x10, DX
+	ADDQ           $0x10, SI
+	ADDQ           $0x10, DI
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_198
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_198
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y1, Y1
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_198:
+	VAESENCLAST  Y15, Y1, Y1
+	VMOVDQU      X1, -64(DX)(R8*1)
+	VEXTRACTI128 $0x01, Y1, -64(DI)(R8*1)
+	VMOVDQU      64(SP), Y11
+	VAESENCLAST  Y11, Y2, Y2
+	VPXOR        Y2, Y11, Y11
+	VPXOR        Y15, Y11, Y11
+	VMOVDQU      X11, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y11, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X12
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y12, Y12
+	VPXOR        Y14, Y12, Y12
+	VMOVDQU      Y12, 64(SP)
+	VMOVDQU      96(SP), Y13
+	VAESENCLAST  Y13, Y3, Y3
+	VPXOR        Y3, Y13, Y13
+	VPXOR        Y15, Y13, Y13
+	VMOVDQU      X13, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y13, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X9
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y9, Y9
+	VPXOR        Y14, Y9, Y9
+	VMOVDQU      Y9, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	MOVQ         $0x00000002, R12
+
+skew_loop_199:
+	TESTQ          R12, R12
+	JZ             skew_out_200
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_201
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_201
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_201:
+	VMOVDQU      64(SP), Y10
+	VAESENCLAST  Y10, Y2, Y2
+	VPXOR        Y2, Y10, Y10
+	VPXOR        Y15, Y10, Y10
+	VMOVDQU      X10, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y10, -128(DI)(R8*2)
+	VMOVDQU      -96(CX)(R8*2), X11
+	VINSERTI128  $0x01, -96(SI)(R8*2), Y11, Y11
+	VPXOR        Y14, Y11, Y11
+	VMOVDQU      Y11, 64(SP)
+	VMOVDQU      96(SP), Y12
+	VAESENCLAST  Y12, Y3, Y3
+	VPXOR        Y3, Y12, Y12
+	VPXOR        Y15, Y12, Y12
+	VMOVDQU      X12, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y12, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X13
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y13, Y13
+	VPXOR        Y14, Y13, Y13
+	VMOVDQU      Y13, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JMP          skew_loop_199
+
+skew_out_200:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_202
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_202
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_202:
+	VMOVDQU        64(SP), Y9
+	VAESENCLAST    Y9, Y2, Y2
+	VPXOR          Y2, Y9, Y9
+	VPXOR          Y15, Y9, Y9
+	VMOVDQU        X9, -128(DX)(R8*2)
+	VEXTRACTI128   $0x01, Y9, -128(DI)(R8*2)
+	VMOVDQU        96(SP), Y10
+	VAESENCLAST    Y10, Y3, Y3
+	VPXOR          Y3, Y10, Y10
+	VPXOR          Y15, Y10, Y10
+	VMOVDQU        X10, -192(DX)(R9*1)
+	VEXTRACTI128   $0x01, Y10, -192(DI)(R9*1)
+	VMOVDQU        -160(CX)(R9*1), X11
+	VINSERTI128    $0x01, -160(SI)(R9*1), Y11, Y11
+	VPXOR          Y14, Y11, Y11
+	VMOVDQU        Y11, 96(SP)
+	ADDQ           $0x10, CX
+	ADDQ           $0x10, DX
+	ADDQ           $0x10, SI
+	ADDQ           $0x10, DI
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_203
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_203
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y2, Y2
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_203:
+	VAESENCLAST  Y15, Y2, Y2
+	VMOVDQU      X2, -128(DX)(R8*2)
+	VEXTRACTI128 $0x01, Y2, -128(DI)(R8*2)
+	VMOVDQU      96(SP), Y12
+	VAESENCLAST  Y12, Y3, Y3
+	VPXOR        Y3, Y12, Y12
+	VPXOR        Y15, Y12, Y12
+	VMOVDQU      X12, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y12, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X13
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y13, Y13
+	VPXOR        Y14, Y13, Y13
+	VMOVDQU      Y13, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	MOVQ         $0x00000002, R12
+
+skew_loop_204:
+	TESTQ          R12, R12
+	JZ             skew_out_205
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_206
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_206
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_206:
+	VMOVDQU      96(SP), Y9
+	VAESENCLAST  Y9, Y3, Y3
+	VPXOR        Y3, Y9, Y9
+	VPXOR        Y15, Y9, Y9
+	VMOVDQU      X9, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y9, -192(DI)(R9*1)
+	VMOVDQU      -160(CX)(R9*1), X10
+	VINSERTI128  $0x01, -160(SI)(R9*1), Y10, Y10
+	VPXOR        Y14, Y10, Y10
+	VMOVDQU      Y10, 96(SP)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+	DECQ         R12
+	JMP          skew_loop_204
+
+skew_out_205:
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_207
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_207
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_207:
+	VMOVDQU        96(SP), Y11
+	VAESENCLAST    Y11, Y3, Y3
+	VPXOR          Y3, Y11, Y11
+	VPXOR          Y15, Y11, Y11
+	VMOVDQU        X11, -192(DX)(R9*1)
+	VEXTRACTI128   $0x01, Y11, -192(DI)(R9*1)
+	ADDQ           $0x10, CX
+	ADDQ           $0x10, DX
+	ADDQ           $0x10, SI
+	ADDQ           $0x10, DI
+	VBROADCASTI128 16(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 32(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 48(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 64(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 80(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 96(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 112(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 128(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 144(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	CMPQ           AX, $0x0c
+	JB             rounds_done_208
+	VBROADCASTI128 160(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 176(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	JE             rounds_done_208
+	VBROADCASTI128 192(BX), Y8
+	VAESENC        Y8, Y3, Y3
+	VBROADCASTI128 208(BX), Y8
+	VAESENC        Y8, Y3, Y3
+
+rounds_done_208:
+	VAESENCLAST  Y15, Y3, Y3
+	VMOVDQU      X3, -192(DX)(R9*1)
+	VEXTRACTI128 $0x01, Y3, -192(DI)(R9*1)
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, DX
+	ADDQ         $0x10, SI
+	ADDQ         $0x10, DI
+
+	// Clear the stack slots and vector registers
+	VZEROALL
+	VMOVDQU Y0, (SP)
+	VMOVDQU Y0, 32(SP)
+	VMOVDQU Y0, 64(SP)
+	VMOVDQU Y0, 96(SP)
+	RET
+
 // func decAESNI(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
 // Requires: AES, CMOV, SSE2
 TEXT ·decAESNI(SB), $128-80
@@ -14327,9 +15695,9 @@ TEXT ·decAESNI(SB), $128-80
 	ADDQ  BX, R14
 	MOVOU (R14), X11
 
-dec_chunk_182:
+dec_chunk_209:
 	TESTQ R11, R11
-	JZ    dec_done_183
+	JZ    dec_done_210
 
 	// ESSIV IVs of the next chunk
 	MOVQ   R8, R14
@@ -14452,7 +15820,7 @@ dec_chunk_182:
 	AESENC X8, X6
 	AESENC X8, X7
 	CMPQ   SI, $0x0c
-	JB     rounds_done_184
+	JB     rounds_done_211
 	MOVOU  160(DI), X8
 	AESENC X8, X0
 	AESENC X8, X1
@@ -14471,7 +15839,7 @@ dec_chunk_182:
 	AESENC X8, X5
 	AESENC X8, X6
 	AESENC X8, X7
-	JE     rounds_done_184
+	JE     rounds_done_211
 	MOVOU  192(DI), X8
 	AESENC X8, X0
 	AESENC X8, X1
@@ -14491,7 +15859,7 @@ dec_chunk_182:
 	AESENC X8, X6
 	AESENC X8, X7
 
-rounds_done_184:
+rounds_done_211:
 	MOVQ       SI, R14
 	SHLQ       $0x04, R14
 	ADDQ       DI, R14
@@ -14521,14 +15889,14 @@ rounds_done_184:
 	SUBQ       R12, R11
 	XORQ       R15, R15
 
-dec_sector_185:
+dec_sector_212:
 	MOVOU (SP)(R15*1), X10
 	MOVQ  R10, R13
 	SHRQ  $0x04, R13
 
-dec_big_186:
+dec_big_213:
 	CMPQ   R13, $0x08
-	JB     dec_tail_187
+	JB     dec_tail_214
 	MOVOU  (CX), X0
 	MOVOU  16(CX), X1
 	MOVOU  32(CX), X2
@@ -14628,7 +15996,7 @@ dec_big_186:
 	AESDEC X8, X6
 	AESDEC X8, X7
 	CMPQ   AX, $0x0c
-	JB     rounds_done_189
+	JB     rounds_done_216
 	MOVOU  160(BX), X8
 	AESDEC X8, X0
 	AESDEC X8, X1
@@ -14647,7 +16015,7 @@ dec_big_186:
 	AESDEC X8, X5
 	AESDEC X8, X6
 	AESDEC X8, X7
-	JE     rounds_done_189
+	JE     rounds_done_216
 	MOVOU  192(BX), X8
 	AESDEC X8, X0
 	AESDEC X8, X1
@@ -14667,7 +16035,7 @@ dec_big_186:
 	AESDEC X8, X6
 	AESDEC X8, X7
 
-rounds_done_189:
+rounds_done_216:
 	MOVO       X10, X12
 	PXOR       X11, X12
 	AESDECLAST X12, X0
@@ -14704,12 +16072,12 @@ rounds_done_189:
 	ADDQ       $0x00000080, CX
 	ADDQ       $0x00000080, DX
 	SUBQ       $0x08, R13
-	JMP        dec_big_186
+	JMP        dec_big_213
 
 	// Remaining blocks of the sector, one at a time
-dec_tail_187:
+dec_tail_214:
 	TESTQ  R13, R13
-	JZ     dec_sector_done_188
+	JZ     dec_sector_done_215
 	MOVOU  (CX), X0
 	MOVOU  (BX), X8
 	PXOR   X8, X0
@@ -14732,18 +16100,18 @@ dec_tail_187:
 	MOVOU  144(BX), X8
 	AESDEC X8, X0
 	CMPQ   AX, $0x0c
-	JB     rounds_done_190
+	JB     rounds_done_217
 	MOVOU  160(BX), X8
 	AESDEC X8, X0
 	MOVOU  176(BX), X8
 	AESDEC X8, X0
-	JE     rounds_done_190
+	JE     rounds_done_217
 	MOVOU  192(BX), X8
 	AESDEC X8, X0
 	MOVOU  208(BX), X8
 	AESDEC X8, X0
 
-rounds_done_190:
+rounds_done_217:
 	MOVO       X10, X9
 	PXOR       X11, X9
 	AESDECLAST X9, X0
@@ -14752,15 +16120,15 @@ rounds_done_190:
 	ADDQ       $0x10, CX
 	ADDQ       $0x10, DX
 	DECQ       R13
-	JMP        dec_tail_187
+	JMP        dec_tail_214
 
-dec_sector_done_188:
+dec_sector_done_215:
 	ADDQ $0x10, R15
 	DECQ R12
-	JNZ  dec_sector_185
-	JMP  dec_chunk_182
+	JNZ  dec_sector_212
+	JMP  dec_chunk_209
 
-dec_done_183:
+dec_done_210:
 	// Clear the IV buffer and vector registers
 	PXOR  X0, X0
 	PXOR  X1, X1
@@ -14806,9 +16174,9 @@ TEXT ·decVAES(SB), $256-80
 	ADDQ           BX, R14
 	VBROADCASTI128 (R14), Y11
 
-dec_chunk_191:
+dec_chunk_218:
 	TESTQ R11, R11
-	JZ    dec_done_192
+	JZ    dec_done_219
 
 	// ESSIV IVs of the next chunk
 	MOVQ           R8, R14
@@ -14971,7 +16339,7 @@ dec_chunk_191:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 	CMPQ           SI, $0x0c
-	JB             rounds_done_193
+	JB             rounds_done_220
 	VBROADCASTI128 160(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -14990,7 +16358,7 @@ dec_chunk_191:
 	VAESENC        Y8, Y5, Y5
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
-	JE             rounds_done_193
+	JE             rounds_done_220
 	VBROADCASTI128 192(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -15010,7 +16378,7 @@ dec_chunk_191:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 
-rounds_done_193:
+rounds_done_220:
 	MOVQ           SI, R14
 	SHLQ           $0x04, R14
 	ADDQ           DI, R14
@@ -15040,14 +16408,14 @@ rounds_done_193:
 	SUBQ           R12, R11
 	XORQ           R15, R15
 
-dec_sector_194:
+dec_sector_221:
 	VMOVDQU (SP)(R15*1), X10
 	MOVQ    R10, R13
 	SHRQ    $0x04, R13
 
-dec_big_195:
+dec_big_222:
 	CMPQ           R13, $0x10
-	JB             dec_tail_196
+	JB             dec_tail_223
 	VMOVDQU        (CX), Y0
 	VMOVDQU        32(CX), Y1
 	VMOVDQU        64(CX), Y2
@@ -15147,7 +16515,7 @@ dec_big_195:
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
 	CMPQ           AX, $0x0c
-	JB             rounds_done_198
+	JB             rounds_done_225
 	VBROADCASTI128 160(BX), Y8
 	VAESDEC        Y8, Y0, Y0
 	VAESDEC        Y8, Y1, Y1
@@ -15166,7 +16534,7 @@ dec_big_195:
 	VAESDEC        Y8, Y5, Y5
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
-	JE             rounds_done_198
+	JE             rounds_done_225
 	VBROADCASTI128 192(BX), Y8
 	VAESDEC        Y8, Y0, Y0
 	VAESDEC        Y8, Y1, Y1
@@ -15186,7 +16554,7 @@ dec_big_195:
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
 
-rounds_done_198:
+rounds_done_225:
 	VINSERTI128 $0x01, (CX), Y10, Y15
 	VPXOR       Y11, Y15, Y15
 	VAESDECLAST Y15, Y0, Y0
@@ -15223,12 +16591,12 @@ rounds_done_198:
 	ADDQ        $0x00000100, CX
 	ADDQ        $0x00000100, DX
 	SUBQ        $0x10, R13
-	JMP         dec_big_195
+	JMP         dec_big_222
 
 	// Remaining blocks of the sector, one at a time
-dec_tail_196:
+dec_tail_223:
 	TESTQ   R13, R13
-	JZ      dec_sector_done_197
+	JZ      dec_sector_done_224
 	VMOVDQU (CX), X0
 	VMOVDQU (BX), X8
 	VPXOR   X8, X0, X0
@@ -15251,18 +16619,18 @@ dec_tail_196:
 	VMOVDQU 144(BX), X8
 	VAESDEC X8, X0, X0
 	CMPQ    AX, $0x0c
-	JB      rounds_done_199
+	JB      rounds_done_226
 	VMOVDQU 160(BX), X8
 	VAESDEC X8, X0, X0
 	VMOVDQU 176(BX), X8
 	VAESDEC X8, X0, X0
-	JE      rounds_done_199
+	JE      rounds_done_226
 	VMOVDQU 192(BX), X8
 	VAESDEC X8, X0, X0
 	VMOVDQU 208(BX), X8
 	VAESDEC X8, X0, X0
 
-rounds_done_199:
+rounds_done_226:
 	VPXOR       X11, X10, X9
 	VAESDECLAST X9, X0, X0
 	VMOVDQU     (CX), X10
@@ -15270,15 +16638,15 @@ rounds_done_199:
 	ADDQ        $0x10, CX
 	ADDQ        $0x10, DX
 	DECQ        R13
-	JMP         dec_tail_196
+	JMP         dec_tail_223
 
-dec_sector_done_197:
+dec_sector_done_224:
 	ADDQ $0x10, R15
 	DECQ R12
-	JNZ  dec_sector_194
-	JMP  dec_chunk_191
+	JNZ  dec_sector_221
+	JMP  dec_chunk_218
 
-dec_done_192:
+dec_done_219:
 	// Clear the IV buffer and vector registers
 	VZEROALL
 	VMOVDQU Y0, (SP)

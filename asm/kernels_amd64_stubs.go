@@ -94,6 +94,13 @@ func encSkew2Lanes16VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src 
 //go:noescape
 func encSkew4Lanes16VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
 
+// encSkew4Lanes8VAES encrypts 8 consecutive sectors of ss bytes with AES-CBC,
+// the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the
+// vectors' phases skewed by 4 blocks. ss must be at least 224.
+//
+//go:noescape
+func encSkew4Lanes8VAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int)
+
 // decAESNI decrypts n consecutive sectors of ss bytes with AES-CBC,
 // the IV of sector j being AES_ivxk(le64(first + j*step) || 0).
 //

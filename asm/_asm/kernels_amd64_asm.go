@@ -61,9 +61,10 @@ func main() {
 	for _, v := range []int{8, 4, 2, 1} {
 		encLanes(fmt.Sprintf("encLanes%dVAES", 2*v), v, avxY)
 	}
-	encSkewed("encSkew2Lanes8AESNI", sse, 2)
-	encSkewed("encSkew2Lanes16VAES", avxY, 2)
-	encSkewed("encSkew4Lanes16VAES", avxY, 4)
+	encSkewed("encSkew2Lanes8AESNI", sse, 8, 2)
+	encSkewed("encSkew2Lanes16VAES", avxY, 8, 2)
+	encSkewed("encSkew4Lanes16VAES", avxY, 8, 4)
+	encSkewed("encSkew4Lanes8VAES", avxY, 4, 4)
 	decSectors("decAESNI", sse)
 	decSectors("decVAES", avxY)
 
@@ -701,19 +702,18 @@ func decSectors(name string, m isa) {
 	RET()
 }
 
-// encSkewed emits a CBC encryption of exactly 8 (xmm) or 16 (ymm) sectors,
+// encSkewed emits a CBC encryption of exactly V (xmm) or 2V (ymm) sectors,
 // like encLanes, but with the vectors' phases skewed: vector v works on
 // block s - skew*v at global step s. With sectors 2 or 4 KiB apart, the
 // lanes of an unskewed kernel all touch the same L1 set at every step
 // (perf ref §3.7); skewed by one cache line per vector, each set holds at
 // most the lines of one vector. Vector v starts skew*v steps late and
-// stops as much later, so a call takes blocks + 7*skew steps. Requires
-// ss >= 16*(7*skew+2).
+// stops as much later, so a call takes blocks + (V-1)*skew steps. Requires
+// ss >= 16*((V-1)*skew+2).
 //
 // Registers as in encLanes; R12 counts the steps of a phase and R13 holds
 // the number of blocks.
-func encSkewed(name string, m isa, skew int) {
-	const V = 8
+func encSkewed(name string, m isa, V, skew int) {
 	TEXT(name, 0, encSig)
 	Pragma("noescape")
 	lanes := V
@@ -722,7 +722,7 @@ func encSkewed(name string, m isa, skew int) {
 	}
 	Doc(fmt.Sprintf("%s encrypts %d consecutive sectors of ss bytes with AES-CBC,", name, lanes),
 		"the IV of sector j being AES_ivxk(le64(first + j*step) || 0), with the",
-		fmt.Sprintf("vectors' phases skewed by %d blocks. ss must be at least %d.", skew, 16*(7*skew+2)))
+		fmt.Sprintf("vectors' phases skewed by %d blocks. ss must be at least %d.", skew, 16*((V-1)*skew+2)))
 	width := m.width()
 	tslots := AllocLocal(V * width)
 	states := make([]VecPhysical, V)
@@ -884,9 +884,9 @@ func encSkewed(name string, m isa, skew int) {
 		activate(p)
 	}
 
-	Comment("Steady state: blocks - 2 - 7*skew steps with every vector")
+	Comment("Steady state: blocks - 2 - (V-1)*skew steps with every vector")
 	MOVQ(blocks, count)
-	SUBQ(U32(2+7*skew), count)
+	SUBQ(U32(2+(V-1)*skew), count)
 	loop(0)
 
 	Comment("Ramp-down: vector q finishes, skew steps apart")
