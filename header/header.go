@@ -105,6 +105,9 @@ func cString(field []byte, name string) (string, error) {
 // Parse does not know the file size; [Read] also checks that the key slots
 // fit in the file.
 func Parse(b []byte) (*Header, error) {
+	if IsMarked(b) {
+		return nil, ErrMarked
+	}
 	if len(b) < len(magic) || !bytes.Equal(b[:len(magic)], magic[:]) {
 		return nil, ErrNotLUKS
 	}

@@ -1,0 +1,437 @@
+package image
+
+// Reencryption: a new volume key for a raw LUKS1 or qcow2+LUKS image, in
+// place. See docs/REENCRYPT.md for the design.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/cryptimg/cryptimg/sectors"
+)
+
+// ReencryptOptions configure Reencrypt.
+type ReencryptOptions struct {
+	// Passphrases are the keys to keep: each must open a key slot, and the
+	// new volume key goes into the slots they open. Every other slot is
+	// removed.
+	Passphrases [][]byte
+	// KeyBytes and Hash of the new key; 0 and "" keep the current ones.
+	KeyBytes int
+	Hash     string
+	// IterTime and ForceIterations set the PBKDF2 cost of the new slots,
+	// as for header.Params.
+	IterTime        time.Duration
+	ForceIterations uint32
+	// Confirm, if set, is called on a fresh start, before anything is
+	// written, with the slots that will be removed; an error aborts.
+	Confirm func(removed []int) error
+	InPlaceOptions
+}
+
+func isQcow2(img io.ReaderAt) bool { return qcow2.IsQcow2(img) }
+
+// luksArea locates the LUKS header of an image given as File.
+type luksArea struct {
+	format Format
+	off    int64 // byte offset of the phdr
+	limit  int64 // bytes the header area may take
+	qcow   *qcow2.Image
+}
+
+func locateLUKS(img File) (*luksArea, error) {
+	size, err := storageSize(img)
+	if err != nil {
+		return nil, err
+	}
+	if !qcow2.IsQcow2(img) {
+		return &luksArea{format: Raw, limit: size}, nil
+	}
+	im, err := qcow2.Open(img, size)
+	if err != nil {
+		return nil, err
+	}
+	if im.CryptMethod != qcow2.CryptLUKS {
+		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
+	}
+	return &luksArea{format: Qcow2, off: im.CryptOffset, limit: im.CryptLength, qcow: im}, nil
+}
+
+func isQcow2Marked(img File) (bool, error) {
+	if !qcow2.IsQcow2(img) {
+		return false, nil
+	}
+	a, err := locateLUKS(img)
+	if err != nil {
+		return false, err
+	}
+	return isMarkedAt(img, a.off)
+}
+
+// readPhdr reads the header at a.off, accepting the LUKS\xde\xad marking
+// of an unfinished reencryption.
+func (a *luksArea) readPhdr(img File) (*header.Header, error) {
+	b := make([]byte, header.PhdrSize)
+	if _, err := img.ReadAt(b, a.off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("failed to read LUKS header: %w", err)
+	}
+	if header.IsMarked(b) {
+		header.Unmark(b)
+	}
+	h, err := header.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if h.AreaSize() > a.limit {
+		return nil, fmt.Errorf("%w: key material ends beyond the LUKS area", header.ErrCorrupt)
+	}
+	return h, nil
+}
+
+// dataExtents lists the encrypted data of the image in a fixed order, with
+// DstOffset the host offset and SrcOffset the position in the stream.
+func (a *luksArea) dataExtents(img File, h *header.Header) ([]sectors.Extent, int64, error) {
+	if a.format == Raw {
+		size, err := storageSize(img)
+		if err != nil {
+			return nil, 0, err
+		}
+		p := int64(h.PayloadOffset) * SectorSize
+		if h.PayloadOffset == 0 || size < p || (size-p)%SectorSize != 0 {
+			return nil, 0, fmt.Errorf("%w: payload does not fit the file", ErrTruncated)
+		}
+		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: 0}}, size - p, nil
+	}
+	ext, err := a.qcow.Extents(img)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []sectors.Extent
+	var pos int64
+	for _, x := range ext {
+		if x.Kind != qcow2.Data {
+			continue
+		}
+		out = append(out, sectors.Extent{SrcOffset: pos, DstOffset: x.HostOffset, Length: x.Length, Sector: uint64(x.HostOffset) / SectorSize})
+		pos += x.Length
+	}
+	return out, pos, nil
+}
+
+// slice returns the parts of the stream [off, off+n) with SrcOffset made
+// relative to off.
+func slice(exts []sectors.Extent, off, n int64) []sectors.Extent {
+	var out []sectors.Extent
+	for _, e := range exts {
+		s, t := max(e.SrcOffset, off), min(e.SrcOffset+e.Length, off+n)
+		if s >= t {
+			continue
+		}
+		d := s - e.SrcOffset
+		out = append(out, sectors.Extent{SrcOffset: s - off, DstOffset: e.DstOffset + d, Length: t - s, Sector: e.Sector + uint64(d)/SectorSize})
+	}
+	return out
+}
+
+// Reencrypt gives the image a new volume key: every encrypted sector is
+// decrypted with the old key and encrypted with the new one where it lies,
+// window by window, then the new header replaces the old one. An
+// interrupted run is continued with the same passphrases.
+func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOptions) (*Result, error) {
+	if len(o.Passphrases) == 0 {
+		return nil, errors.New("reencrypt needs at least one passphrase")
+	}
+	j, err := begin(img, js, OpReencrypt, o.Resume)
+	if err != nil {
+		return nil, err
+	}
+	resumed := j != nil
+	var kept, removed []int
+	if j == nil {
+		if j, kept, removed, err = startReencrypt(img, js, o); err != nil {
+			return nil, err
+		}
+	}
+	defer closeStorage(j.s)
+	st := j.st
+	area, err := j.blob()
+	if err != nil {
+		return nil, err
+	}
+	nh, err := header.Parse(area[:header.PhdrSize])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
+	}
+	if kept == nil {
+		for i := range nh.Slots {
+			if nh.Slots[i].Active() {
+				kept = append(kept, i)
+			}
+		}
+	}
+	loc, err := locateLUKS(img)
+	if err != nil {
+		return nil, err
+	}
+	if loc.off != st.HdrOff {
+		return nil, fmt.Errorf("%w: LUKS header moved", ErrJournalCorrupt)
+	}
+	c := &converter{img: img, j: j, p: o.Pipeline}
+	if st.Phase == phaseData {
+		oh, err := loc.readPhdr(img)
+		if err != nil {
+			return nil, err
+		}
+		oldC, newC, err := reencryptCiphers(img, loc, oh, nh, area, o.Passphrases)
+		if err != nil {
+			return nil, err
+		}
+		defer oldC.Clear()
+		defer newC.Clear()
+		exts, total, err := loc.dataExtents(img, oh)
+		if err != nil {
+			return nil, err
+		}
+		if total != st.DataLen {
+			return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
+		}
+		// Mark the image (idempotent): the old phdr with LUKS\xde\xad.
+		sec := make([]byte, SectorSize)
+		if _, err := img.ReadAt(sec, loc.off); err != nil {
+			return nil, fmt.Errorf("failed to read LUKS header: %w", err)
+		}
+		if !header.IsMarked(sec) {
+			header.Mark(sec)
+			if err := writeSyncAt(img, sec, loc.off, "image marker"); err != nil {
+				return nil, err
+			}
+		}
+		t := func(d, s []byte, first uint64) {
+			oldC.DecryptSectors(d, s, first, SectorSize)
+			newC.EncryptSectors(d, d, first, SectorSize)
+		}
+		buf := make([]byte, st.Window)
+		read := func(k int64) ([]sectors.Extent, []byte, error) {
+			n := c.windowLen(k)
+			w := slice(exts, k*st.Window, n)
+			b := buf[:n]
+			for _, e := range w {
+				if _, err := img.ReadAt(b[e.SrcOffset:e.SrcOffset+e.Length], e.DstOffset); err != nil {
+					return nil, nil, &sectors.IOError{Op: "read input", Offset: e.DstOffset, Err: err}
+				}
+			}
+			return w, b, nil
+		}
+		convert := func(ctx context.Context, w []sectors.Extent, b []byte, progress func(int64)) error {
+			if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, runOpts(o.Pipeline, progress)); err != nil {
+				return err
+			}
+			return syncErr(img, "image")
+		}
+		c.step = func(ctx context.Context, k int64, progress func(int64)) error {
+			w, b, err := read(k)
+			if err != nil {
+				return err
+			}
+			fp := make([]byte, len(b)/SectorSize*fpSize)
+			for i := range len(b) / SectorSize {
+				copy(fp[i*fpSize:(i+1)*fpSize], b[i*SectorSize:])
+			}
+			if err := j.writeRecord(record{Window: k, FP: fp}); err != nil {
+				return err
+			}
+			return convert(ctx, w, b, progress)
+		}
+		c.redo = func(ctx context.Context, r *record, progress func(int64)) error {
+			w, b, err := read(r.Window)
+			if err != nil {
+				return err
+			}
+			if len(r.FP) != len(b)/SectorSize*fpSize {
+				return fmt.Errorf("%w: record of window %d has %d fingerprints", ErrJournalCorrupt, r.Window, len(r.FP)/fpSize)
+			}
+			// A sector whose first bytes are still the old ciphertext's
+			// was not rewritten; every other one already holds new data.
+			var todo []sectors.Extent
+			for _, e := range w {
+				for s := e.SrcOffset; s < e.SrcOffset+e.Length; s += SectorSize {
+					i := s / SectorSize
+					if !bytes.Equal(b[s:s+fpSize], r.FP[i*fpSize:(i+1)*fpSize]) {
+						continue
+					}
+					d := s - e.SrcOffset
+					if n := len(todo); n > 0 && todo[n-1].SrcOffset+todo[n-1].Length == s && todo[n-1].DstOffset+todo[n-1].Length == e.DstOffset+d {
+						todo[n-1].Length += SectorSize
+						continue
+					}
+					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: SectorSize, Sector: e.Sector + uint64(d)/SectorSize})
+				}
+			}
+			return convert(ctx, todo, b, nil)
+		}
+	}
+	c.finish = func() error {
+		// The whole new area, phdr still marked, then the magic.
+		first := bytes.Clone(area[:SectorSize])
+		header.Mark(first)
+		if _, err := img.WriteAt(area[SectorSize:], st.HdrOff+SectorSize); err != nil {
+			return fmt.Errorf("failed to write header: %w", err)
+		}
+		if err := writeSyncAt(img, first, st.HdrOff, "header"); err != nil {
+			return err
+		}
+		if err := writeSyncAt(img, area[:SectorSize], st.HdrOff, "header"); err != nil {
+			return err
+		}
+		return complete(j, js)
+	}
+	if err := c.run(ctx); err != nil {
+		return nil, err
+	}
+	return &Result{Op: OpReencrypt, Format: loc.format, Header: nh, Bytes: st.DataLen, Resumed: resumed, Kept: kept, Removed: removed}, nil
+}
+
+// reencryptCiphers unlocks the old key from the image and the new one from
+// the journal's header area with the first passphrase that opens each.
+func reencryptCiphers(img File, loc *luksArea, oh, nh *header.Header, area []byte, passes [][]byte) (oldC, newC *essiv.Cipher, err error) {
+	unlock := func(h *header.Header, r io.ReaderAt, base int64) (*essiv.Cipher, error) {
+		err := header.ErrNoMatchingKeyslot
+		for _, p := range passes {
+			var vk []byte
+			vk, _, err = h.Unlock(r, base, p, -1)
+			if err == nil {
+				c, err := h.NewSectorCipher(vk)
+				clear(vk)
+				return c, err
+			}
+			if !errors.Is(err, header.ErrNoMatchingKeyslot) {
+				return nil, err
+			}
+		}
+		return nil, err
+	}
+	if oldC, err = unlock(oh, img, loc.off); err != nil {
+		return nil, nil, err
+	}
+	if newC, err = unlock(nh, bytes.NewReader(area), 0); err != nil {
+		oldC.Clear()
+		return nil, nil, err
+	}
+	return oldC, newC, nil
+}
+
+func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []int, []int, error) {
+	loc, err := locateLUKS(img)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	oh, err := header.Read(img, loc.off, loc.limit)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	_, total, err := loc.dataExtents(img, oh)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Every passphrase must open a slot; those slots are kept.
+	slotOf := map[int][]byte{}
+	var kept []int
+	for i, p := range o.Passphrases {
+		vk, slot, err := oh.Unlock(img, loc.off, p, -1)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("key %d: %w", i+1, err)
+		}
+		clear(vk)
+		if _, dup := slotOf[slot]; !dup {
+			slotOf[slot] = p
+			kept = append(kept, slot)
+		}
+	}
+	slices.Sort(kept)
+	var removed []int
+	for i := range oh.Slots {
+		if oh.Slots[i].Active() && slotOf[i] == nil {
+			removed = append(removed, i)
+		}
+	}
+	if o.Confirm != nil {
+		if err := o.Confirm(removed); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	p := header.Params{
+		CipherName: oh.CipherName, CipherMode: oh.CipherMode,
+		Hash: oh.HashSpec, KeyBytes: int(oh.KeyBytes),
+		IterTime: o.IterTime, ForceIterations: o.ForceIterations,
+		UUID: oh.UUID, AlignSectors: 8, Rand: o.Rand,
+	}
+	if o.Hash != "" {
+		p.Hash = o.Hash
+	}
+	if o.KeyBytes != 0 {
+		p.KeyBytes = o.KeyBytes
+	}
+	nh, vk, fresh, err := header.Format(slotOf[kept[0]], p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer clear(vk)
+	clear(fresh)
+	limit := loc.limit
+	if loc.format == Raw {
+		limit = int64(oh.PayloadOffset) * SectorSize
+	}
+	if nh.AreaSize() > limit {
+		return nil, nil, nil, fmt.Errorf("the header for a %d-bit key needs %d bytes, but the image has room for %d", p.KeyBytes*8, nh.AreaSize(), limit)
+	}
+	nh.PayloadOffset = oh.PayloadOffset
+	iter := nh.Slots[0].Iterations
+	nh.DisableSlot(0)
+	areaLen := max(oh.AreaSize(), nh.AreaSize())
+	areaLen = (areaLen + SectorSize - 1) / SectorSize * SectorSize
+	area := make([]byte, areaLen)
+	// Random bytes everywhere key material was or may be; zeros before
+	// the first slot, as luksFormat leaves them.
+	if _, err := io.ReadFull(randOr(o.Rand), area); err != nil {
+		return nil, nil, nil, err
+	}
+	firstKM := areaLen
+	for i := range nh.Slots {
+		firstKM = min(firstKM, int64(nh.Slots[i].KeyMaterialOffset)*SectorSize)
+	}
+	clear(area[:firstKM])
+	for _, s := range kept {
+		m, err := nh.SetKeySlot(s, slotOf[s], vk, iter, o.Rand)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		copy(area[int64(nh.Slots[s].KeyMaterialOffset)*SectorSize:], m)
+		clear(m)
+	}
+	copy(area, nh.Marshal())
+	w := o.window(0)
+	st := &state{
+		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,
+		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.off,
+	}
+	if size, err := storageSize(img); err == nil {
+		st.ImageSize, st.FinalSize = size, size
+	}
+	if _, err := io.ReadFull(randOr(o.Rand), st.ID[:]); err != nil {
+		return nil, nil, nil, err
+	}
+	j, err := createJournal(js, st, area)
+	clear(area)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return j, kept, removed, nil
+}

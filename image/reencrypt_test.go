@@ -1,0 +1,420 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/cryptimg/cryptimg/header"
+)
+
+var rePass = []byte("correct horse")
+
+// testPlain returns size bytes of random data with some all-zero runs.
+func testPlain(rng *rand.Rand, size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	for i := 0; i < 4; i++ {
+		off := rng.IntN(size/512) * 512
+		clear(b[off:min(size, off+64<<10)])
+	}
+	return b
+}
+
+func testParams(rng *rand.Rand) header.Params {
+	var seed [32]byte
+	for i := range seed {
+		seed[i] = byte(rng.Uint32())
+	}
+	return header.Params{ForceIterations: 1000, Rand: rand.NewChaCha8(seed)}
+}
+
+// testLUKS encrypts plain into a raw LUKS1 image in memory.
+func testLUKS(t testing.TB, rng *rand.Rand, plain []byte, keyBytes int, passes ...[]byte) []byte {
+	t.Helper()
+	p := testParams(rng)
+	p.KeyBytes = keyBytes
+	h, vk, area, err := header.Format(passes[0], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pass := range passes[1:] {
+		m, err := h.SetKeySlot(i+1, pass, vk, 1000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(area[int(h.Slots[i+1].KeyMaterialOffset)*512:], m)
+	}
+	copy(area, h.Marshal())
+	c, err := h.NewSectorCipher(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(area)+len(plain))
+	copy(out, area)
+	c.EncryptSectors(out[len(area):], plain, 0, 512)
+	return out
+}
+
+// testDecrypt returns the plaintext of a raw LUKS1 image and its header.
+func testDecrypt(t testing.TB, img, pass []byte) ([]byte, *header.Header) {
+	t.Helper()
+	h, err := header.Read(bytes.NewReader(img), 0, int64(len(img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vk, _, err := h.Unlock(bytes.NewReader(img), 0, pass, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.NewSectorCipher(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := int64(h.PayloadOffset) * 512
+	out := make([]byte, int64(len(img))-p)
+	c.DecryptSectors(out, img[p:], 0, 512)
+	return out, h
+}
+
+const (
+	faultImage  = 4 << 20
+	faultWindow = 64 << 10
+)
+
+func faultOpts() InPlaceOptions {
+	return InPlaceOptions{Window: faultWindow, Pipeline: Pipeline{Jobs: 2, ChunkSize: 16 << 10}}
+}
+
+// crashCase is one operation under power-loss test.
+type crashCase struct {
+	name  string
+	setup func(rng *rand.Rand) (img []byte, plain []byte)
+	run   func(ctx context.Context, img File, js JournalStore) error
+	check func(t *testing.T, img, plain, before []byte)
+}
+
+func crashCases() []crashCase {
+	reencrypt := func(ctx context.Context, img File, js JournalStore) error {
+		_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()})
+		return err
+	}
+	return []crashCase{
+		{
+			name: "reencrypt",
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return testLUKS(&testing.T{}, rng, plain, 32, rePass), plain
+			},
+			run: reencrypt,
+			check: func(t *testing.T, img, plain, before []byte) {
+				got, h := testDecrypt(t, img, rePass)
+				if !bytes.Equal(got, plain) {
+					t.Fatal("plaintext changed")
+				}
+				old, _ := header.Parse(before[:1024])
+				if h.MKDigest == old.MKDigest || len(img) != len(before) || h.UUID != old.UUID {
+					t.Fatal("volume key digest unchanged, size or UUID changed")
+				}
+			},
+		},
+		{
+			name: "encrypt",
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return bytes.Clone(plain), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := EncryptInPlace(ctx, img, js, EncryptInPlaceOptions{Header: header.Params{ForceIterations: 1000}, Passphrase: rePass, InPlaceOptions: faultOpts()})
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				got, h := testDecrypt(t, img, rePass)
+				if !bytes.Equal(got, plain) || int64(len(img)) != int64(len(plain))+int64(h.PayloadOffset)*512 {
+					t.Fatal("plaintext changed")
+				}
+			},
+		},
+		{
+			name: "decrypt",
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return testLUKS(&testing.T{}, rng, plain, 32, rePass), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := DecryptInPlace(ctx, img, js, rePass, -1, faultOpts())
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				if !bytes.Equal(img, plain) {
+					t.Fatalf("plaintext changed (%d bytes, want %d)", len(img), len(plain))
+				}
+			},
+		},
+	}
+}
+
+// TestPowerLoss crashes each operation at 200 random points (a quarter of
+// them crash again while resuming) and checks that resuming loses nothing.
+func TestPowerLoss(t *testing.T) {
+	points := 200
+	if testing.Short() {
+		points = 40
+	}
+	for ci, c := range crashCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(uint64(ci), 7))
+			img0, plain := c.setup(rng)
+			// A clean run counts the crash points.
+			d := newFaultDisk(1)
+			f := d.add("img", img0)
+			js := faultJournal{d, "img.journal"}
+			if err := c.run(context.Background(), f, js); err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, f.cur, plain, img0)
+			total := d.ops
+			survived := 0
+			for i := range points {
+				d := newFaultDisk(uint64(i))
+				f := d.add("img", img0)
+				js := faultJournal{d, "img.journal"}
+				d.crashAt = 1 + d.rng.IntN(total)
+				if err := c.run(context.Background(), f, js); !errors.Is(err, errCrash) {
+					t.Fatalf("point %d: run ended with %v, want a crash", d.crashAt, err)
+				}
+				d.crash()
+				if i%4 == 0 { // crash again while resuming
+					d.crashAt = 1 + d.rng.IntN(total)
+					if err := c.run(context.Background(), f, js); err != nil && !errors.Is(err, errCrash) {
+						t.Fatalf("point %d: first resume: %v", i, err)
+					}
+					d.crash()
+				}
+				if err := c.run(context.Background(), f, js); err != nil {
+					t.Fatalf("point %d (of %d ops): resume: %v", i, total, err)
+				}
+				if _, ok := d.files[js.name]; ok {
+					t.Fatalf("point %d: journal left behind", i)
+				}
+				c.check(t, f.cur, plain, img0)
+				survived++
+			}
+			t.Logf("%s: %d crash points survived (%d mutating operations per run)", c.name, survived, total)
+		})
+	}
+}
+
+// TestFaults fails a read (EIO) or a write (ENOSPC) in the middle of each
+// operation: the error says what failed, and running again completes.
+func TestFaults(t *testing.T) {
+	for ci, c := range crashCases() {
+		for _, kind := range []string{"EIO", "ENOSPC"} {
+			t.Run(c.name+"/"+kind, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(ci), 9))
+				img0, plain := c.setup(rng)
+				d := newFaultDisk(3)
+				f := d.add("img", img0)
+				js := faultJournal{d, "img.journal"}
+				if err := c.run(context.Background(), f, js); err != nil {
+					t.Fatal(err)
+				}
+				reads, writes := d.reads, d.writes
+				failed := 0
+				for _, at := range []int{5, 10, 25, 50, 75, 95} {
+					d := newFaultDisk(uint64(at))
+					f := d.add("img", img0)
+					js := faultJournal{d, "img.journal"}
+					want := syscall.EIO
+					if kind == "EIO" {
+						d.failReadAt = max(1, reads*at/100)
+					} else {
+						d.failWrite = max(1, writes*at/100)
+						want = syscall.ENOSPC
+					}
+					err := c.run(context.Background(), f, js)
+					if err == nil {
+						// The failed read was a format probe (qcow2
+						// magic), which counts a failure as "not
+						// qcow2"; the run must still be right.
+						c.check(t, f.cur, plain, img0)
+						continue
+					}
+					failed++
+					if !errors.Is(err, want) {
+						t.Fatalf("fault at %d%%: got %v, want %v", at, err, want)
+					}
+					d.failReadAt, d.failWrite = 0, 0
+					if err := c.run(context.Background(), f, js); err != nil {
+						t.Fatalf("fault at %d%%: run after the fault: %v", at, err)
+					}
+					c.check(t, f.cur, plain, img0)
+				}
+				if failed < 4 {
+					t.Fatalf("only %d of 6 injected faults surfaced", failed)
+				}
+			})
+		}
+	}
+}
+
+// TestBusy: while an operation is unfinished, the image is marked for
+// cryptsetup and cryptimg, other operations are refused with ErrBusy,
+// --resume without a journal fails, and a lost journal is reported.
+func TestBusy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	plain := testPlain(rng, 1<<20)
+	img0 := testLUKS(t, rng, plain, 32, rePass)
+	d := newFaultDisk(1)
+	f := d.add("img", img0)
+	js := faultJournal{d, "img.journal"}
+	o := ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()}
+	if _, err := Reencrypt(context.Background(), f, js, ReencryptOptions{Passphrases: o.Passphrases, InPlaceOptions: InPlaceOptions{Resume: true}}); !errors.Is(err, ErrNothingToResume) {
+		t.Fatalf("resume without journal: %v", err)
+	}
+	d.crashAt = 30
+	if _, err := Reencrypt(context.Background(), f, js, o); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	d.crash()
+	if _, err := header.Read(bytes.NewReader(f.cur), 0, int64(len(f.cur))); !errors.Is(err, header.ErrMarked) || !errors.Is(err, header.ErrNotLUKS) {
+		t.Fatalf("header.Read of a marked image: %v", err)
+	}
+	p, err := Pending(f, js)
+	if err != nil || p == nil || p.Op != OpReencrypt {
+		t.Fatalf("Pending = %v, %v", p, err)
+	}
+	if _, err := DecryptInPlace(context.Background(), f, js, rePass, -1, faultOpts()); !errors.Is(err, ErrBusy) {
+		t.Fatalf("decrypt during reencrypt: %v", err)
+	}
+	if _, err := Reencrypt(context.Background(), f, js, ReencryptOptions{Passphrases: [][]byte{[]byte("wrong")}, InPlaceOptions: faultOpts()}); !errors.Is(err, header.ErrNoMatchingKeyslot) {
+		t.Fatalf("resume with a wrong key: %v", err)
+	}
+	saved := d.files[js.name]
+	delete(d.files, js.name)
+	if _, err := Pending(f, js); !errors.Is(err, ErrJournalMissing) {
+		t.Fatalf("lost journal: %v", err)
+	}
+	d.files[js.name] = saved
+	if _, err := Reencrypt(context.Background(), f, js, o); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := testDecrypt(t, f.cur, rePass); !bytes.Equal(got, plain) {
+		t.Fatal("plaintext changed")
+	}
+}
+
+// TestReencryptSlots keeps the slots whose keys are given, removes and
+// wipes the others, and can change the key size and hash.
+func TestReencryptSlots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	plain := testPlain(rng, 1<<20)
+	p1, p2, p3 := []byte("one"), []byte("two"), []byte("three")
+	img0 := testLUKS(t, rng, plain, 32, p1, p2, p3)
+	d := newFaultDisk(1)
+	f := d.add("img", img0)
+	js := faultJournal{d, "img.journal"}
+	var asked []int
+	r, err := Reencrypt(context.Background(), f, js, ReencryptOptions{
+		Passphrases: [][]byte{p3, p1}, KeyBytes: 16, Hash: "sha512", ForceIterations: 1000,
+		Confirm: func(removed []int) error { asked = removed; return nil }, InPlaceOptions: faultOpts(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(r.Kept, r.Removed, asked) != "[0 2] [1] [1]" {
+		t.Fatalf("kept %v removed %v asked %v", r.Kept, r.Removed, asked)
+	}
+	for _, p := range [][]byte{p1, p3} {
+		got, h := testDecrypt(t, f.cur, p)
+		if !bytes.Equal(got, plain) || h.KeyBytes != 16 || h.HashSpec != "sha512" {
+			t.Fatalf("key %q: wrong plaintext or header %d %s", p, h.KeyBytes, h.HashSpec)
+		}
+	}
+	h, _ := header.Read(bytes.NewReader(f.cur), 0, int64(len(f.cur)))
+	if _, _, err := h.Unlock(bytes.NewReader(f.cur), 0, p2, -1); !errors.Is(err, header.ErrNoMatchingKeyslot) {
+		t.Fatalf("removed key: %v", err)
+	}
+	// The old slot 1 material is gone: the old header no longer opens.
+	old, _ := header.Parse(img0[:1024])
+	if _, _, err := old.Unlock(bytes.NewReader(f.cur), 0, p2, 1); err == nil {
+		t.Fatal("old key material of slot 1 still unlocks")
+	}
+	// A refused confirmation writes nothing.
+	before := bytes.Clone(f.cur)
+	errNo := errors.New("no")
+	if _, err := Reencrypt(context.Background(), f, js, ReencryptOptions{Passphrases: [][]byte{p1}, ForceIterations: 1000,
+		Confirm: func([]int) error { return errNo }, InPlaceOptions: faultOpts()}); !errors.Is(err, errNo) || !bytes.Equal(before, f.cur) {
+		t.Fatalf("refused confirmation: %v", err)
+	}
+}
+
+// TestReencryptQcow2 reencrypts a qcow2+LUKS file made by Encrypt and
+// checks the plaintext through DecryptTo.
+func TestReencryptQcow2(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(8, 8))
+	plain := testPlain(rng, 3<<20)
+	clear(plain[1<<20 : 2<<20]) // unallocated clusters
+	src := filepath.Join(dir, "plain.raw")
+	if err := os.WriteFile(src, plain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := os.Open(src)
+	defer in.Close()
+	pl, err := OpenPlain(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.Create(filepath.Join(dir, "enc.qcow2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := Encrypt(context.Background(), out, pl, EncryptOptions{Header: header.Params{ForceIterations: 1000}, Passphrase: rePass, Format: Qcow2}); err != nil {
+		t.Fatal(err)
+	}
+	e0, err := Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Reencrypt(context.Background(), out, Sidecar(out.Name()), ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Format != Qcow2 || r.Bytes != 2<<20 {
+		t.Fatalf("result %+v", r)
+	}
+	e, err := Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Header.MKDigest == e0.Header.MKDigest {
+		t.Fatal("volume key unchanged")
+	}
+	k, err := e.Unlock(rePass, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := os.Create(filepath.Join(dir, "dec.raw"))
+	defer dec.Close()
+	if err := e.DecryptTo(context.Background(), dec, k, DecryptOptions{Format: Raw}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(dec.Name())
+	if !bytes.Equal(got, plain) {
+		t.Fatal("plaintext changed")
+	}
+	if _, err := os.Stat(out.Name() + JournalSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal left behind: %v", err)
+	}
+}
