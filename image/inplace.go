@@ -288,7 +288,9 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 			}
 			return window(ctx, k, progress)
 		}
-		c.redo = func(ctx context.Context, r *record, progress func(int64)) error { return window(ctx, r.Window, progress) }
+		c.redo = func(ctx context.Context, r *record, progress func(int64)) error {
+			return window(ctx, r.Window, progress)
+		}
 	}
 	c.finish = func() error {
 		if size, err := storageSize(img); err != nil {
@@ -416,7 +418,9 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 			}
 			return window(ctx, k, progress)
 		}
-		c.redo = func(ctx context.Context, r *record, progress func(int64)) error { return window(ctx, r.Window, progress) }
+		c.redo = func(ctx context.Context, r *record, progress func(int64)) error {
+			return window(ctx, r.Window, progress)
+		}
 	}
 	c.finish = func() error {
 		sec0 := make([]byte, SectorSize)
