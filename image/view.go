@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/header"
 )
 
 var (
@@ -57,6 +59,24 @@ func (e *Encrypted) View(f *os.File, k *Key, readOnly bool) (View, error) {
 	default:
 		return nil, fmt.Errorf("image: no plaintext view for %s images yet", e.Format)
 	}
+}
+
+// KeyFromVolume builds a Key from a raw volume key, checked against the
+// header's master key digest; a key that does not match gives
+// header.ErrNoMatchingKeyslot. It lets a process that already unlocked the
+// image hand the key to another (cryptimg open --background) without a
+// second PBKDF2 run. vk is copied; the caller clears its own copy.
+func (e *Encrypted) KeyFromVolume(vk []byte, slot int) (*Key, error) {
+	if !e.Header.VerifyVolumeKey(vk) {
+		return nil, fmt.Errorf("volume key does not match the header: %w", header.ErrNoMatchingKeyslot)
+	}
+	v := bytes.Clone(vk)
+	c, err := e.Header.NewSectorCipher(v)
+	if err != nil {
+		clear(v)
+		return nil, err
+	}
+	return &Key{Cipher: c, Slot: slot, volume: v}, nil
 }
 
 const (

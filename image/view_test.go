@@ -355,3 +355,30 @@ func benchView(b *testing.B, write bool) {
 		off = (off + int64(len(buf))) % size
 	}
 }
+
+func TestKeyFromVolume(t *testing.T) {
+	plain := randomBytes(rand.New(rand.NewPCG(13, 14)), 4*SectorSize)
+	f, e, k := newTestImage(t, plain)
+	k2, err := e.KeyFromVolume(k.VolumeKey(), k.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Clear()
+	v, err := e.View(f, k2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	got := make([]byte, len(plain))
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("view through a key from the volume key: %v", err)
+	}
+	bad := bytes.Clone(k.VolumeKey())
+	bad[0] ^= 1
+	if _, err := e.KeyFromVolume(bad, 0); !errors.Is(err, header.ErrNoMatchingKeyslot) {
+		t.Fatalf("wrong volume key: %v, want ErrNoMatchingKeyslot", err)
+	}
+	if _, err := e.KeyFromVolume(bad[:16], 0); !errors.Is(err, header.ErrNoMatchingKeyslot) {
+		t.Fatalf("short volume key: %v, want ErrNoMatchingKeyslot", err)
+	}
+}

@@ -106,6 +106,8 @@ type the passphrase at the terminal prompt.
 		newIsLUKSCommand(g),
 		newLsCommand(g),
 		newCatCommand(g),
+		newOpenCommand(g),
+		newCloseCommand(g),
 	)
 	return root
 }
