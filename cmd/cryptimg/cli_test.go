@@ -133,7 +133,7 @@ func TestBadInput(t *testing.T) {
 		{"uuid", []string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "--uuid", "not-a-uuid", plain, filepath.Join(dir, "o10")}, exitFailure, "UUID"},
 		{"empty key", []string{"encrypt", "-d", empty, plain, filepath.Join(dir, "o11")}, exitFailure, "empty"},
 		{"no key", []string{"encrypt", plain, filepath.Join(dir, "o12")}, exitFailure, "--key-file"},
-		{"args", []string{"encrypt", plain}, exitFailure, "accepts 2 arg"},
+		{"args", []string{"encrypt", plain}, exitFailure, "output"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
