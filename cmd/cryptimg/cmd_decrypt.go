@@ -15,6 +15,9 @@ type decryptOptions struct {
 	json         bool
 	outputFormat string
 	clusterSize  int64
+	inPlace      bool
+	resume       bool
+	hotzone      int64
 }
 
 func newDecryptCommand(g *globalOptions) *cobra.Command {
@@ -32,8 +35,17 @@ complete; zero plaintext stays sparse (holes in raw output, unallocated
 clusters in qcow2 output).
 ` + exitStatusHelp,
 		Example: `  cryptimg decrypt --key-file key.bin disk.luks disk.raw`,
-		Args:    cobra.ExactArgs(2),
+		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.inPlace || o.resume {
+				if len(args) != 1 {
+					return usagef("--in-place takes one argument, IMAGE")
+				}
+				return runDecryptInPlace(cmd, g, o, args[0])
+			}
+			if len(args) != 2 {
+				return usagef("decrypt takes INPUT and OUTPUT (or --in-place IMAGE)")
+			}
 			return runDecrypt(cmd, g, o, args[0], args[1])
 		},
 	}
@@ -44,6 +56,9 @@ clusters in qcow2 output).
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
 	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default: the input's, or 65536)")
+	f.BoolVar(&o.inPlace, "in-place", false, "decrypt the raw LUKS image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
+	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
+	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
 	return cmd
 }
 

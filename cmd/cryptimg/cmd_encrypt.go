@@ -24,6 +24,9 @@ type encryptOptions struct {
 	json            bool
 	outputFormat    string
 	clusterSize     int64
+	inPlace         bool
+	resume          bool
+	hotzone         int64
 }
 
 func newEncryptCommand(g *globalOptions) *cobra.Command {
@@ -49,8 +52,17 @@ and renamed only when complete.
   cryptimg encrypt -d key.bin --progress json disk.raw disk.luks
   cryptimg encrypt -d key.bin vm.qcow2 vm-encrypted.qcow2
   cryptimg encrypt -d key.bin --output-format qcow2 disk.raw vm-encrypted.qcow2`,
-		Args: cobra.ExactArgs(2),
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.inPlace || o.resume {
+				if len(args) != 1 {
+					return usagef("--in-place takes one argument, IMAGE")
+				}
+				return runEncryptInPlace(cmd, g, o, args[0])
+			}
+			if len(args) != 2 {
+				return usagef("encrypt takes INPUT and OUTPUT (or --in-place IMAGE)")
+			}
 			return runEncrypt(cmd, g, o, args[0], args[1])
 		},
 	}
@@ -67,6 +79,9 @@ and renamed only when complete.
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
 	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
+	f.BoolVar(&o.inPlace, "in-place", false, "encrypt the raw image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
+	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
+	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
 	return cmd
 }
 

@@ -20,6 +20,12 @@ func exitCode(err error) int {
 	case errors.Is(err, header.ErrNoMatchingKeyslot),
 		errors.Is(err, image.ErrVolumeKeyMismatch):
 		return exitNoKey
+	case errors.Is(err, image.ErrBusy),
+		errors.Is(err, image.ErrJournalMissing),
+		errors.Is(err, header.ErrMarked):
+		return exitBusy
+	case errors.Is(err, image.ErrJournalCorrupt):
+		return exitBadImage
 	case errors.Is(err, header.ErrNotLUKS),
 		errors.Is(err, header.ErrCorrupt),
 		errors.Is(err, image.ErrTruncated),

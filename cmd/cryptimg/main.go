@@ -93,6 +93,7 @@ type the passphrase at the terminal prompt.
 	root.AddCommand(
 		newEncryptCommand(g),
 		newDecryptCommand(g),
+		newReencryptCommand(g),
 		newDumpCommand(g),
 		newVersionCommand(g),
 		newAddKeyCommand(g),

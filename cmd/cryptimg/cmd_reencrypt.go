@@ -1,0 +1,331 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+type reencryptOptions struct {
+	key      keyOptions
+	keep     []string
+	keySize  int
+	hash     string
+	pbkdf    pbkdfOptions
+	resume   bool
+	hotzone  int64
+	jsonOut  bool
+}
+
+func newReencryptCommand(g *globalOptions) *cobra.Command {
+	var o reencryptOptions
+	cmd := &cobra.Command{
+		Use:   "reencrypt [flags] IMAGE",
+		Short: "Give a LUKS1 or qcow2+LUKS image a new volume key, in place",
+		Long: `Replace the volume key of a raw LUKS1 or qcow2+LUKS image: every encrypted
+sector is decrypted with the old key and encrypted with a new random one where
+it lies (for qcow2, the allocated data clusters), then a new header replaces
+the old one. Changing passphrases does not change the volume key; this does.
+
+The new key goes into the key slots opened by --key-file and by each
+--keep-key-file; every other key slot is removed, after confirmation on a
+terminal or with --batch-mode. --key-size and --hash may change the key size
+and the hash of the new header.
+
+The operation is crash-safe. Progress is kept in IMAGE.cryptimg-journal (mode
+0600; it holds the new key only wrapped by your passphrase), and the header
+is marked LUKS\xde\xad meanwhile so that cryptsetup and qemu refuse the
+image, as cryptsetup marks a LUKS1 device during reencryption. If the run is
+interrupted (Ctrl-C, kill, power loss), run the same command again, or with
+--resume, with the same key files: it continues where it stopped. Until then
+cryptimg refuses other writes to the image (exit 5). Keep the journal with
+the image.
+` + exitStatusHelp + `  5    busy: the image has an unfinished reencrypt or in-place operation
+`,
+		Example: `  cryptimg reencrypt -d key.bin disk.luks
+  cryptimg reencrypt -d key.bin --keep-key-file colleague.key -q vm.qcow2
+  cryptimg reencrypt -d key.bin --resume disk.luks`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runReencrypt(cmd, g, o, args[0])
+		},
+	}
+	f := cmd.Flags()
+	o.key.addFlags(f)
+	f.StringArrayVar(&o.keep, "keep-key-file", nil, "also keep the key slot this key file opens (repeatable)")
+	f.IntVarP(&o.keySize, "key-size", "s", 0, "new volume key size in bits: 128, 192 or 256 (default: unchanged)")
+	f.StringVar(&o.hash, "hash", "", "new hash for PBKDF2 and the AF splitter: sha1, sha256 or sha512 (default: unchanged)")
+	o.pbkdf.addFlags(f)
+	f.BoolVar(&o.resume, "resume", false, "only continue an interrupted reencryption; fail if there is none")
+	f.Int64Var(&o.hotzone, "hotzone-size", 0, "bytes converted per crash-safe step, a multiple of 512 (default 8 MiB)")
+	f.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout")
+	return cmd
+}
+
+// lockImage opens path read-write and takes an exclusive advisory lock,
+// so two cryptimg processes never convert one image at once.
+func lockImage(path string) (*os.File, error) {
+	f, err := openRW(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is locked by another process", image.ErrBusy, path)
+	}
+	return f, nil
+}
+
+// pendingOp reports the unfinished operation of the image, if any, and
+// refuses one of another kind.
+func pendingOp(path string, f *os.File, op image.Op, resume bool) (bool, error) {
+	p, err := image.Pending(f, image.Sidecar(path))
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	if p != nil && p.Op != op {
+		return false, fmt.Errorf("%s: %w", path, p)
+	}
+	if p == nil && resume {
+		return false, fmt.Errorf("%s: %w", path, image.ErrNothingToResume)
+	}
+	return p != nil, nil
+}
+
+func checkHotzone(n int64) error {
+	if n < 0 || n%512 != 0 {
+		return usagef("--hotzone-size must be a positive multiple of 512")
+	}
+	return nil
+}
+
+func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path string) error {
+	if o.keySize != 0 && o.keySize != 128 && o.keySize != 192 && o.keySize != 256 {
+		return usagef("unsupported --key-size %d: use 128, 192 or 256", o.keySize)
+	}
+	if o.hash != "" && !slices.Contains(supportedHashes, o.hash) {
+		return usagef("unsupported --hash %q: use sha1, sha256 or sha512", o.hash)
+	}
+	if err := checkHotzone(o.hotzone); err != nil {
+		return err
+	}
+	so, err := o.pbkdf.slotOptions(-1)
+	if err != nil {
+		return err
+	}
+	f, err := lockImage(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	resuming, err := pendingOp(path, f, image.OpReencrypt, o.resume)
+	if err != nil {
+		return err
+	}
+	if !resuming {
+		e, err := image.Open(f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		// Slots will be removed unless every active one is given a key:
+		// refuse before reading secrets if that cannot be confirmed.
+		if activeSlots(e.Header) > 1+len(o.keep) {
+			if err := mustConfirm(g, "reencrypt (it removes the key slots whose keys are not given)"); err != nil {
+				return err
+			}
+		}
+	} else {
+		info(g, "resuming the unfinished reencryption of %s", path)
+	}
+	var passes [][]byte
+	defer func() {
+		for _, p := range passes {
+			clear(p)
+		}
+	}()
+	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	if err != nil {
+		return err
+	}
+	passes = append(passes, key)
+	for _, kf := range o.keep {
+		if kf == "-" && o.key.keyFile == "-" {
+			return usagef("only one key can be read from stdin")
+		}
+		k, err := readKeyFile(g, keyOptions{keyFile: kf})
+		if err != nil {
+			return fmt.Errorf("--keep-key-file %s: %w", kf, err)
+		}
+		passes = append(passes, k)
+	}
+	prog := g.newProgress("reencrypt")
+	start := time.Now()
+	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), image.ReencryptOptions{
+		Passphrases: passes, KeyBytes: o.keySize / 8, Hash: o.hash,
+		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
+		Confirm: func(removed []int) error {
+			if len(removed) == 0 {
+				return nil
+			}
+			return confirm(g, fmt.Sprintf("This will reencrypt %s with a new volume key and remove key slots %v, whose keys were not given.", path, removed))
+		},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}},
+	})
+	prog.finish(err == nil)
+	if err != nil {
+		return interrupted(path, "reencrypt", err)
+	}
+	return reportInPlace(g, o.jsonOut, path, r, time.Since(start))
+}
+
+// interrupted adds to an error after the journal exists how to continue.
+func interrupted(path, command string, err error) error {
+	if errors.Is(err, image.ErrBusy) || errors.Is(err, image.ErrJournalMissing) || errors.Is(err, image.ErrNothingToResume) ||
+		errors.Is(err, errAborted) || errors.Is(err, header.ErrNoMatchingKeyslot) {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if _, serr := os.Stat(path + image.JournalSuffix); serr == nil {
+		return fmt.Errorf("%s: %w (the operation can be continued: cryptimg %s --resume %s)", path, err, command, path)
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+// inPlaceSummary is the result of reencrypt and in-place encrypt/decrypt.
+type inPlaceSummary struct {
+	MessageType string  `json:"message_type"`
+	Op          string  `json:"op"`
+	Image       string  `json:"image"`
+	Format      string  `json:"format"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	Resumed     bool    `json:"resumed"`
+	Cipher      string  `json:"cipher,omitempty"`
+	KeyBits     int     `json:"key_bits,omitempty"`
+	Hash        string  `json:"hash,omitempty"`
+	UUID        string  `json:"uuid,omitempty"`
+	KeptSlots   []int   `json:"kept_slots,omitempty"`
+	Removed     []int   `json:"removed_slots,omitempty"`
+}
+
+func reportInPlace(g *globalOptions, asJSON bool, path string, r *image.Result, d time.Duration) error {
+	s := inPlaceSummary{
+		MessageType: "summary", Op: map[image.Op]string{image.OpReencrypt: "reencrypt", image.OpEncrypt: "encrypt", image.OpDecrypt: "decrypt"}[r.Op],
+		Image: path, Format: string(r.Format), Bytes: r.Bytes, Seconds: d.Seconds(), Resumed: r.Resumed,
+		KeptSlots: r.Kept, Removed: r.Removed,
+	}
+	if h := r.Header; h != nil {
+		s.Cipher, s.KeyBits, s.Hash, s.UUID = h.CipherSpec(), int(h.KeyBytes)*8, h.HashSpec, h.UUID
+	}
+	if asJSON {
+		return json.NewEncoder(g.stdout).Encode(s)
+	}
+	switch r.Op {
+	case image.OpReencrypt:
+		info(g, "reencrypted %s (%s, new %d-bit key, key slots %v kept, %v removed) in %.2fs", path, humanBytes(r.Bytes), s.KeyBits, r.Kept, r.Removed, s.Seconds)
+	case image.OpEncrypt:
+		info(g, "encrypted %s in place (%s, %s, %d-bit key, key slot 0) in %.2fs", path, humanBytes(r.Bytes), s.Cipher, s.KeyBits, s.Seconds)
+	default:
+		info(g, "decrypted %s in place (%s) in %.2fs", path, humanBytes(r.Bytes), s.Seconds)
+	}
+	return nil
+}
+
+func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, path string) error {
+	params, err := o.params()
+	if err != nil {
+		return err
+	}
+	if o.outputFormat != "" && o.outputFormat != string(image.Raw) {
+		return usagef("--in-place makes raw LUKS images only")
+	}
+	if err := checkHotzone(o.hotzone); err != nil {
+		return err
+	}
+	f, err := lockImage(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	resuming, err := pendingOp(path, f, image.OpEncrypt, o.resume)
+	if err != nil {
+		return err
+	}
+	if resuming {
+		info(g, "resuming the unfinished in-place encryption of %s (with the header it chose)", path)
+	} else {
+		plain, err := image.OpenPlain(f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if plain.Format != image.Raw {
+			return fmt.Errorf("%s: in-place encryption supports raw images only; use cryptimg encrypt INPUT OUTPUT for qcow2", path)
+		}
+		if e, err := image.Open(f); err == nil && !g.quiet {
+			fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", path, e.Header.UUID)
+		}
+	}
+	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", !resuming)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	prog := g.newProgress("encrypt")
+	start := time.Now()
+	r, err := image.EncryptInPlace(cmd.Context(), f, image.Sidecar(path), image.EncryptInPlaceOptions{
+		Header: params, Passphrase: key,
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}},
+	})
+	prog.finish(err == nil)
+	if err != nil {
+		return interrupted(path, "encrypt --in-place", err)
+	}
+	return reportInPlace(g, o.json, path, r, time.Since(start))
+}
+
+func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, path string) error {
+	if o.keySlot < -1 || o.keySlot > 7 {
+		return usagef("--key-slot must be between 0 and 7")
+	}
+	if o.outputFormat != "" && o.outputFormat != string(image.Raw) {
+		return usagef("--in-place makes raw images only")
+	}
+	if err := checkHotzone(o.hotzone); err != nil {
+		return err
+	}
+	f, err := lockImage(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	resuming, err := pendingOp(path, f, image.OpDecrypt, o.resume)
+	if err != nil {
+		return err
+	}
+	if resuming {
+		info(g, "resuming the unfinished in-place decryption of %s", path)
+	} else if _, err := image.Open(f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	prog := g.newProgress("decrypt")
+	start := time.Now()
+	r, err := image.DecryptInPlace(cmd.Context(), f, image.Sidecar(path), key, o.keySlot,
+		image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}})
+	prog.finish(err == nil)
+	if err != nil {
+		return interrupted(path, "decrypt --in-place", err)
+	}
+	return reportInPlace(g, o.json, path, r, time.Since(start))
+}
