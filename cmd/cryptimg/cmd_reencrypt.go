@@ -15,14 +15,14 @@ import (
 )
 
 type reencryptOptions struct {
-	key      keyOptions
-	keep     []string
-	keySize  int
-	hash     string
-	pbkdf    pbkdfOptions
-	resume   bool
-	hotzone  int64
-	jsonOut  bool
+	key     keyOptions
+	keep    []string
+	keySize int
+	hash    string
+	pbkdf   pbkdfOptions
+	resume  bool
+	hotzone int64
+	jsonOut bool
 }
 
 func newReencryptCommand(g *globalOptions) *cobra.Command {
