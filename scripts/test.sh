@@ -13,6 +13,9 @@ need=()
 command -v cryptsetup >/dev/null || need+=(cryptsetup-bin)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+command -v sfdisk >/dev/null || need+=(fdisk)
+command -v debugfs >/dev/null || need+=(e2fsprogs)
+command -v fusermount3 >/dev/null || need+=(fuse3)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"

@@ -59,7 +59,7 @@ clusters in qcow2 output).
 	f.BoolVar(&o.inPlace, "in-place", false, "decrypt the raw LUKS image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
 	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
 	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
-	return cmd
+	return withPartitionDecrypt(cmd, g, &o)
 }
 
 func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {

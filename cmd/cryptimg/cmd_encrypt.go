@@ -82,7 +82,7 @@ and renamed only when complete.
 	f.BoolVar(&o.inPlace, "in-place", false, "encrypt the raw image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
 	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
 	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
-	return cmd
+	return withPartitionEncrypt(cmd, g, &o)
 }
 
 var supportedHashes = []string{"sha1", "sha256", "sha512"}
