@@ -323,12 +323,24 @@ func TestViewConcurrent(t *testing.T) {
 	}
 }
 
+// The serial variants are the baseline of the split across CPUs: compare
+// them in the same run (the machine may be shared).
 func BenchmarkViewReadAt(b *testing.B) {
-	benchView(b, false)
+	b.Run("split", func(b *testing.B) { benchView(b, false) })
+	b.Run("serial", func(b *testing.B) {
+		splitCrypt = false
+		defer func() { splitCrypt = true }()
+		benchView(b, false)
+	})
 }
 
 func BenchmarkViewWriteAt(b *testing.B) {
-	benchView(b, true)
+	b.Run("split", func(b *testing.B) { benchView(b, true) })
+	b.Run("serial", func(b *testing.B) {
+		splitCrypt = false
+		defer func() { splitCrypt = true }()
+		benchView(b, true)
+	})
 }
 
 func benchView(b *testing.B, write bool) {
