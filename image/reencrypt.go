@@ -218,11 +218,11 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			oldC.DecryptSectors(d, s, first, SectorSize)
 			newC.EncryptSectors(d, d, first, SectorSize)
 		}
-		buf := make([]byte, st.Window)
+		bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
 		read := func(k int64) ([]sectors.Extent, []byte, error) {
 			n := c.windowLen(k)
 			w := slice(exts, k*st.Window, n)
-			b := buf[:n]
+			b := bufs[k%2][:n]
 			for _, e := range w {
 				if _, err := img.ReadAt(b[e.SrcOffset:e.SrcOffset+e.Length], e.DstOffset); err != nil {
 					return nil, nil, &sectors.IOError{Op: "read input", Offset: e.DstOffset, Err: err}
@@ -236,11 +236,44 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 			return syncErr(img, "image")
 		}
-		c.step = func(ctx context.Context, k int64, progress func(int64)) error {
-			w, b, err := read(k)
-			if err != nil {
-				return err
+		// The next window is read while this one is converted: windows
+		// never overlap, and each has its own buffer.
+		type window struct {
+			k   int64
+			w   []sectors.Extent
+			b   []byte
+			err error
+		}
+		prefetch := func(k int64) chan window {
+			ch := make(chan window, 1)
+			go func() {
+				w, b, err := read(k)
+				ch <- window{k, w, b, err}
+			}()
+			return ch
+		}
+		var next chan window
+		defer func() {
+			if next != nil {
+				<-next
 			}
+		}()
+		c.step = func(ctx context.Context, k int64, progress func(int64)) error {
+			if next == nil {
+				next = prefetch(k)
+			}
+			cur := <-next
+			next = nil
+			if cur.k != k {
+				panic("image: windows out of order")
+			}
+			if cur.err != nil {
+				return cur.err
+			}
+			if k+1 < st.Windows {
+				next = prefetch(k + 1)
+			}
+			w, b := cur.w, cur.b
 			fp := make([]byte, len(b)/SectorSize*fpSize)
 			for i := range len(b) / SectorSize {
 				copy(fp[i*fpSize:(i+1)*fpSize], b[i*SectorSize:])
