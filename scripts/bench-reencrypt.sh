@@ -24,7 +24,7 @@ head -c "${SIZE_MIB}M" /dev/urandom >"$dir/plain.raw"
 
 # Templates: a LUKS1 image for cryptimg, a LUKS2 one for cryptsetup whose
 # payload has the same size (LUKS2 takes a 16 MiB header by default).
-"$ci" encrypt -q --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/plain.raw" "$dir/luks1.img"
+"$ci" encrypt --quiet --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/plain.raw" "$dir/luks1.img"
 head -c 16M /dev/urandom >"$dir/luks2.img"
 cat "$dir/plain.raw" >>"$dir/luks2.img"
 cryptsetup luksFormat --batch-mode --type luks2 --cipher aes-cbc-essiv:sha256 --sector-size 512 \
@@ -39,14 +39,14 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 for i in $(seq "$RUNS"); do
 	rm -f "$dir/out.img"
 	t0=$(now)
-	"$ci" encrypt -q --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/plain.raw" "$dir/out.img"
+	"$ci" encrypt --quiet --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/plain.raw" "$dir/out.img"
 	t1=$(now)
 	echo "$t1 - $t0" | bc -l >>"$dir/t.encrypt"
 	rm -f "$dir/out.img"
 
 	cp "$dir/luks1.img" "$dir/work1.img"
 	t0=$(now)
-	"$ci" reencrypt -q --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/work1.img"
+	"$ci" reencrypt --quiet --batch-mode --progress none -d "$dir/key" --pbkdf-force-iterations 1000 "$dir/work1.img"
 	t1=$(now)
 	echo "$t1 - $t0" | bc -l >>"$dir/t.reencrypt"
 	rm -f "$dir/work1.img"
