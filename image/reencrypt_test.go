@@ -387,9 +387,28 @@ func TestReencryptQcow2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Reencrypt(context.Background(), out, Sidecar(out.Name()), ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()})
+	// Interrupt it after the first window: the qcow2 image is marked in
+	// its LUKS area and refused by Open, then the run resumes.
+	ctx, cancel := context.WithCancel(context.Background())
+	o := ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()}
+	o.Pipeline.Progress = func(done, _ int64) {
+		if done > 0 {
+			cancel()
+		}
+	}
+	if _, err := Reencrypt(ctx, out, Sidecar(out.Name()), o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted: %v", err)
+	}
+	if _, err := Open(out); !errors.Is(err, header.ErrMarked) {
+		t.Fatalf("Open of a qcow2 image in reencryption: %v", err)
+	}
+	o.Pipeline.Progress = nil
+	r, err := Reencrypt(context.Background(), out, Sidecar(out.Name()), o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !r.Resumed {
+		t.Fatal("not resumed")
 	}
 	if r.Format != Qcow2 || r.Bytes != 2<<20 {
 		t.Fatalf("result %+v", r)
