@@ -2,6 +2,7 @@ package image
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -190,7 +191,8 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 			// Decrypt in the caller's buffer: no copy.
 			buf = p[pos-off : stepEnd-off]
 		}
-		if err := v.readSectors(buf, s); err != nil {
+		err := split(len(buf), func(lo, hi int) error { return v.readSectors(buf[lo:hi], s+int64(lo)) })
+		if err != nil {
 			return int(pos - off), err
 		}
 		if !aligned {
@@ -213,7 +215,7 @@ func (v *rawView) readSectors(buf []byte, s int64) error {
 		}
 		return err
 	}
-	v.crypt(buf, buf, s, false)
+	v.cryptRun(buf, buf, s, false)
 	return nil
 }
 
@@ -225,22 +227,28 @@ const parallelMin = 256 << 10
 // splitCrypt enables the split; benchmarks turn it off for a baseline.
 var splitCrypt = true
 
-// crypt encrypts or decrypts whole sectors from src to dst (which may be
-// the same buffer), the first at plaintext offset off.
-func (v *rawView) crypt(dst, src []byte, off int64, encrypt bool) {
-	parts := min(runtime.GOMAXPROCS(0), len(src)/(parallelMin/2))
-	if !splitCrypt || len(src) < parallelMin || parts < 2 {
-		v.cryptRun(dst, src, off, encrypt)
-		return
+// split runs fn over [0, n) in sector-aligned parts, one per CPU, when n
+// is large enough to be worth it; each part does its own I/O and cipher
+// work, so copies into and out of the page cache run in parallel too.
+func split(n int, fn func(lo, hi int) error) error {
+	parts := min(runtime.GOMAXPROCS(0), n/(parallelMin/2))
+	if !splitCrypt || n < parallelMin || parts < 2 {
+		return fn(0, n)
 	}
-	per := (len(src)/SectorSize + parts - 1) / parts * SectorSize
+	per := (n/SectorSize + parts - 1) / parts * SectorSize
+	errs := make(chan error, parts)
 	var wg sync.WaitGroup
-	for i := per; i < len(src); i += per {
-		j := min(i+per, len(src))
-		wg.Go(func() { v.cryptRun(dst[i:j], src[i:j], off+int64(i), encrypt) })
+	for lo := per; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Go(func() { errs <- fn(lo, hi) })
 	}
-	v.cryptRun(dst[:per], src[:per], off, encrypt)
+	err := fn(0, per)
 	wg.Wait()
+	close(errs)
+	for e := range errs {
+		err = cmp.Or(err, e)
+	}
+	return err
 }
 
 func (v *rawView) cryptRun(dst, src []byte, off int64, encrypt bool) {
@@ -291,13 +299,18 @@ func (v *rawView) WriteAt(p []byte, off int64) (int, error) {
 				return int(pos - off), err
 			}
 		}
+		src := buf
 		if pos == s && stepEnd == e {
-			v.crypt(buf, p[pos-off:stepEnd-off], s, true)
+			src = p[pos-off : stepEnd-off]
 		} else {
 			copy(buf[pos-s:], p[pos-off:stepEnd-off])
-			v.crypt(buf, buf, s, true)
 		}
-		if _, err := v.f.WriteAt(buf, v.base+s); err != nil {
+		err := split(len(buf), func(lo, hi int) error {
+			v.cryptRun(buf[lo:hi], src[lo:hi], s+int64(lo), true)
+			_, err := v.f.WriteAt(buf[lo:hi], v.base+s+int64(lo))
+			return err
+		})
+		if err != nil {
 			return int(pos - off), err
 		}
 		pos = stepEnd
