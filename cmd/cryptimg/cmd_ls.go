@@ -16,6 +16,7 @@ import (
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/filesystem/squashfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/diskfs/go-diskfs/partition/mbr"
 	"github.com/spf13/cobra"
@@ -300,10 +301,21 @@ func filesystemOf(d *disk.Disk, part int) (filesystem.FileSystem, error) {
 		}
 	}
 	fsys, err := d.GetFilesystem(part)
-	if err != nil {
-		return nil, fmt.Errorf("partition %d: no FAT, ext4, ISO9660 or squashfs filesystem found", part)
+	if err == nil {
+		return fsys, nil
 	}
-	return fsys, nil
+	// go-diskfs v1.9.4 probes squashfs with the disk's 512-byte logical
+	// block size, which squashfs.Read refuses; 0 takes the default.
+	start, size := int64(0), d.Size
+	if part != 0 {
+		if p, err := d.GetPartition(part); err == nil {
+			start, size = p.GetStart(), p.GetSize()
+		}
+	}
+	if sq, err := squashfs.Read(d.Backend, size, start, 0); err == nil {
+		return sq, nil
+	}
+	return nil, fmt.Errorf("partition %d: no FAT, ext4, ISO9660 or squashfs filesystem found", part)
 }
 
 // statPath returns what p is, with a clear error when it does not exist.

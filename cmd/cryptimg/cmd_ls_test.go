@@ -11,7 +11,10 @@ import (
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+	"github.com/diskfs/go-diskfs/filesystem/squashfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/diskfs/go-diskfs/partition/mbr"
 )
 
 // testDisk describes the GPT disk gptDisk builds.
@@ -239,4 +242,102 @@ func hasEntry(d dirJSON, name, typ string, size int64) bool {
 		}
 	}
 	return false
+}
+
+// TestLsOtherFormats lists and reads ISO9660 and squashfs filesystems
+// (whole-disk, no partition table) and an MBR disk, all made by go-diskfs
+// and then encrypted.
+func TestLsOtherFormats(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "formats")
+	build := func(name string, fill func(d *disk.Disk)) string {
+		p := filepath.Join(dir, name)
+		d, err := diskfs.Create(p, 16<<20, diskfs.SectorSizeDefault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(d)
+		d.Close()
+		mustRun(t, "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", p, p+".luks")
+		return p + ".luks"
+	}
+	put := func(fsys filesystem.FileSystem, name, content string) {
+		fsys.Mkdir(filepath.Dir(name))
+		w, err := fsys.OpenFile(name, os.O_CREATE|os.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	iso := build("cd.iso", func(d *disk.Disk) {
+		d.LogicalBlocksize = 2048
+		fsys, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeISO9660, VolumeLabel: "CD", WorkDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(fsys, "docs/readme.txt", "iso content\n")
+		if err := fsys.(*iso9660.FileSystem).Finalize(iso9660.FinalizeOptions{RockRidge: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	sqfs := build("root.sqfs", func(d *disk.Disk) {
+		d.LogicalBlocksize = 4096 // squashfs blocks; reading takes them from the superblock
+		fsys, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeSquashfs, WorkDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(fsys, "etc/os-release", "ID=squash\n")
+		if err := fsys.(*squashfs.FileSystem).Finalize(squashfs.FinalizeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	mbrDisk := build("mbr.img", func(d *disk.Disk) {
+		table := &mbr.Table{LogicalSectorSize: 512, PhysicalSectorSize: 512, Partitions: []*mbr.Partition{
+			{Index: 1, Bootable: true, Type: mbr.Fat32LBA, Start: 2048, Size: 14 << 20 / 512},
+		}}
+		if err := d.Partition(table); err != nil {
+			t.Fatal(err)
+		}
+		fsys, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 1, FSType: filesystem.TypeFat32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(fsys, "boot.cfg", "mbr fat\n")
+	})
+
+	for _, c := range []struct {
+		img, fs, dir, entry, file, content string
+	}{
+		{iso, "iso9660", "0:/docs", "readme.txt", "0:/docs/readme.txt", "iso content\n"},
+		{sqfs, "squashfs", "0:/etc", "os-release", "0:/etc/os-release", "ID=squash\n"},
+		{mbrDisk, "fat32", "1", "boot.cfg", "1:/boot.cfg", "mbr fat\n"},
+	} {
+		r := mustRun(t, "ls", "-d", key, "--json", c.img, c.dir)
+		var dj dirJSON
+		if err := json.Unmarshal([]byte(r.stdout), &dj); err != nil {
+			t.Fatalf("%s: %v\n%s", c.dir, err, r.stdout)
+		}
+		if dj.Filesystem != c.fs || !hasEntry(dj, c.entry, "file", int64(len(c.content))) {
+			t.Errorf("%s %s: %+v", filepath.Base(c.img), c.dir, dj)
+		}
+		if r := mustRun(t, "cat", "-d", key, c.img, c.file); r.stdout != c.content {
+			t.Errorf("%s cat %s = %q", filepath.Base(c.img), c.file, r.stdout)
+		}
+	}
+	r := mustRun(t, "ls", "-d", key, "--json", mbrDisk)
+	var tj tableJSON
+	json.Unmarshal([]byte(r.stdout), &tj)
+	if tj.Table != "mbr" || len(tj.Partitions) != 1 || tj.Partitions[0].Type != "0x0c" || !tj.Partitions[0].Bootable ||
+		tj.Partitions[0].Start != 1<<20 || tj.Partitions[0].Size != 14<<20 {
+		t.Errorf("ls of the MBR disk: %+v", tj)
+	}
+	r = mustRun(t, "ls", "-d", key, "--json", iso)
+	tj = tableJSON{}
+	json.Unmarshal([]byte(r.stdout), &tj)
+	if tj.Table != "none" || len(tj.Partitions) != 0 {
+		t.Errorf("ls of the ISO: %+v", tj)
+	}
 }
