@@ -388,6 +388,7 @@ func Pending(img File, js JournalStore) (*BusyError, error) {
 	if err != nil || j == nil {
 		return nil, err
 	}
+	closeStorage(j.s)
 	return &BusyError{Op: j.st.Op, Journal: js.Name()}, nil
 }
 
