@@ -171,9 +171,10 @@ func TestKillTorture(t *testing.T) {
 	}
 }
 
-// interruptAfter runs reencrypt in-process and cancels it after the first
-// window, leaving an unfinished operation behind.
-func interruptReencrypt(t *testing.T, path, key string) {
+// interruptOp runs reencrypt, encrypt --in-place or decrypt --in-place
+// in-process and cancels it after the first window, leaving an unfinished
+// operation behind.
+func interruptOp(t *testing.T, op image.Op, path, key string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -182,16 +183,23 @@ func interruptReencrypt(t *testing.T, path, key string) {
 	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err = image.Reencrypt(ctx, f, image.Sidecar(path), image.ReencryptOptions{
-		Passphrases: [][]byte{[]byte(key)}, ForceIterations: 1000,
-		InPlaceOptions: image.InPlaceOptions{Window: 1 << 20, Pipeline: image.Pipeline{Progress: func(done, _ int64) {
-			if done > 0 {
-				cancel()
-			}
-		}}},
-	})
+	o := image.InPlaceOptions{Window: 1 << 20, Pipeline: image.Pipeline{Progress: func(done, _ int64) {
+		if done > 0 {
+			cancel()
+		}
+	}}}
+	switch op {
+	case image.OpReencrypt:
+		_, err = image.Reencrypt(ctx, f, image.Sidecar(path), image.ReencryptOptions{
+			Passphrases: [][]byte{[]byte(key)}, ForceIterations: 1000, InPlaceOptions: o})
+	case image.OpEncrypt:
+		_, err = image.EncryptInPlace(ctx, f, image.Sidecar(path), image.EncryptInPlaceOptions{
+			Header: header.Params{ForceIterations: 1000}, Passphrase: []byte(key), InPlaceOptions: o})
+	case image.OpDecrypt:
+		_, err = image.DecryptInPlace(ctx, f, image.Sidecar(path), []byte(key), -1, o)
+	}
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted reencrypt: %v", err)
+		t.Fatalf("interrupted %v: %v", op, err)
 	}
 }
 
@@ -207,9 +215,14 @@ func TestReencryptBusy(t *testing.T) {
 	if r := cryptimg(t, "", "reencrypt", "--resume", "--key-file", key, enc); r.code != 1 || !strings.Contains(r.stderr, "no unfinished operation") {
 		t.Fatalf("--resume with nothing to resume: %d %s", r.code, r.stderr)
 	}
-	interruptReencrypt(t, enc, testPassphrase)
+	interruptOp(t, image.OpReencrypt, enc, testPassphrase)
 	if err := exec.Command(cs, "isLuks", enc).Run(); err == nil {
 		t.Fatal("cryptsetup isLuks accepts an image in reencryption")
+	}
+	if qi, err := exec.LookPath("qemu-img"); err == nil {
+		if out, err := exec.Command(qi, "info", "--object", qemuSecret(key), "--image-opts", "driver=luks,key-secret=sec0,file.filename="+enc).CombinedOutput(); err == nil {
+			t.Fatalf("qemu-img opens an image in reencryption:\n%s", out)
+		}
 	}
 	out := filepath.Join(dir, "out.raw")
 	for _, args := range [][]string{
@@ -292,13 +305,31 @@ func TestReencryptInterop(t *testing.T) {
 	back := filepath.Join(dir, "back.raw")
 	sh(t, qi, "convert", "--object", qemuSecret(key2), "--image-opts", "driver=luks,key-secret=sec0,file.filename="+enc, "-O", "raw", back)
 	sameContent(t, plain, back)
+	// In-place decryption and encryption, each interrupted once: the
+	// half-converted image is not LUKS to cryptsetup.
+	interruptOp(t, image.OpDecrypt, enc, "second key")
+	if err := exec.Command(cs, "isLuks", enc).Run(); err == nil {
+		t.Fatal("cryptsetup isLuks accepts an image in in-place decryption")
+	}
 	mustRun(t, "decrypt", "--in-place", "--key-file", key2, enc)
 	sameContent(t, plain, enc)
+	interruptOp(t, image.OpEncrypt, enc, testPassphrase)
+	if err := exec.Command(cs, "isLuks", enc).Run(); err == nil {
+		t.Fatal("cryptsetup isLuks accepts an image in in-place encryption")
+	}
+	mustRun(t, "encrypt", "--in-place", "--key-file", key, enc)
+	sh(t, cs, "open", "--test-passphrase", "--key-file", key, enc)
+	sh(t, qi, "convert", "--object", qemuSecret(key), "--image-opts", "driver=luks,key-secret=sec0,file.filename="+enc, "-O", "raw", back+"2")
+	sameContent(t, plain, back+"2")
 
 	// qcow2: qemu-img creates and fills it, cryptimg reencrypts, qemu
 	// reads it back and checks it.
 	q := filepath.Join(dir, "enc.qcow2")
 	retry(t, qi, "convert", "--object", qemuSecret(key), "-O", "qcow2", "-o", qemuQcow2LUKSOpts, plain, q)
+	interruptOp(t, image.OpReencrypt, q, testPassphrase)
+	if out, err := exec.Command(qi, "info", "--object", qemuSecret(key), "--image-opts", qcowOpts(q)).CombinedOutput(); err == nil {
+		t.Fatalf("qemu-img opens a qcow2 image in reencryption:\n%s", out)
+	}
 	mustRun(t, "reencrypt", "--key-file", key, "--pbkdf-force-iterations", "1000", q)
 	qemuCheck(t, qi, key, q, true)
 	qemuCompare(t, qi, key, qcowOpts(q), rawOpts(plain))
