@@ -166,6 +166,11 @@ func serve(ctx context.Context, g *globalOptions, server *fuse.Server, v image.V
 		server.Wait()
 		close(done)
 	}()
+	// Should the process be made to exit before the unmount below ends
+	// (a second signal), leave no stale mount behind.
+	if g.cleanup != nil {
+		defer g.cleanup.add(func() { lazyUnmount(mnt) })()
+	}
 	var uerr error
 	select {
 	case <-done:
