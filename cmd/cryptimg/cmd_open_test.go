@@ -256,3 +256,51 @@ func TestOpenReadWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSignal: SIGINT or SIGTERM to a foreground open unmounts cleanly
+// and exits 0, after flushing what was written.
+func TestOpenSignal(t *testing.T) {
+	requireFUSE(t)
+	fx := newOpenFixture(t, 4<<20)
+	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		cmd := exec.Command(binary(t), "open", "-d", fx.key, fx.img, fx.mnt)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(fx.mnt, "disk.raw")
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := os.Stat(file); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatal("open did not mount within 20s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		msg := []byte("written before signal " + sig.String())
+		f, err := os.OpenFile(file, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(msg, int64(i)*4096+3); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		cmd.Process.Signal(sig)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: open exited with %v, want 0", sig, err)
+		}
+		if _, ok := findMount(fx.mnt); ok {
+			t.Fatalf("%v: still mounted", sig)
+		}
+		out := filepath.Join(fx.dir, "out"+sig.String())
+		mustRun(t, "decrypt", "-d", fx.key, fx.img, out)
+		b, _ := os.ReadFile(out)
+		if !bytes.Equal(b[int64(i)*4096+3:][:len(msg)], msg) {
+			t.Errorf("%v: write before the signal is missing", sig)
+		}
+	}
+}
