@@ -192,18 +192,24 @@ func serve(ctx context.Context, g *globalOptions, server *fuse.Server, v image.V
 	return uerr
 }
 
-// checkFUSE gives a clear error when FUSE cannot work here.
+// checkFUSE gives a clear error when FUSE cannot work here. Root opens
+// /dev/fuse itself; anyone else goes through the setuid fusermount3,
+// which opens it whatever its permissions.
 func checkFUSE() error {
+	if os.Geteuid() != 0 {
+		if _, err := os.Stat("/dev/fuse"); err != nil {
+			return fmt.Errorf("FUSE is unavailable: %w (load the fuse module; in a container, pass --device /dev/fuse)", err)
+		}
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			return errors.New("FUSE needs fusermount3 when not root, and it is not installed (Debian: apt-get install fuse3)")
+		}
+		return nil
+	}
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("FUSE is unavailable: %w (load the fuse module; in a container, pass --device /dev/fuse)", err)
 	}
 	f.Close()
-	if os.Geteuid() != 0 {
-		if _, err := exec.LookPath("fusermount3"); err != nil {
-			return errors.New("FUSE needs fusermount3 when not root, and it is not installed (Debian: apt-get install fuse3)")
-		}
-	}
 	return nil
 }
 
@@ -391,6 +397,9 @@ func mountView(v image.View, img, mnt string, readOnly bool) (*fuse.Server, stri
 	}
 	server, err := fs.Mount(mnt, root, opts)
 	if err != nil {
+		if os.Geteuid() != 0 {
+			return nil, "", fmt.Errorf("failed to mount %s through fusermount3: %w (it must be setuid root and able to open /dev/fuse; or run as root)", mnt, err)
+		}
 		return nil, "", fmt.Errorf("failed to mount %s: %w", mnt, err)
 	}
 	return server, name, nil
