@@ -82,7 +82,7 @@ func runHeaderRestore(g *globalOptions, o headerRestoreOptions, path, backup str
 	if err := mustConfirm(g, "header-restore"); err != nil {
 		return err
 	}
-	f, err := openRW(path)
+	f, err := openLocked(path)
 	if err != nil {
 		return err
 	}

@@ -56,9 +56,10 @@ func info(g *globalOptions, format string, a ...any) {
 	}
 }
 
-// openImageRW opens an encrypted image for a header update.
+// openImageRW opens an encrypted image for a header update, locked
+// against other cryptimg processes (exit 5 if one holds it).
 func openImageRW(path string) (*os.File, *image.Encrypted, error) {
-	f, err := openRW(path)
+	f, err := openLocked(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,6 +69,25 @@ func openImageRW(path string) (*os.File, *image.Encrypted, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, e, nil
+}
+
+// openLocked opens path read-write under the exclusive lock reencrypt
+// takes, and refuses an image with an unfinished in-place operation: its
+// header is about to be rewritten by the resumed operation.
+func openLocked(path string) (*os.File, error) {
+	f, err := lockImage(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := image.Pending(f, image.Sidecar(path))
+	if err == nil && p != nil {
+		err = p
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
 }
 
 // openRW opens an existing regular file read-write.

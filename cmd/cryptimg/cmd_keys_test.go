@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // expectCode runs cryptimg in-process and fails unless it exits with code.
@@ -254,4 +256,30 @@ func volumeKeyLines(s string) string {
 		}
 	}
 	return strings.Join(hex, "")
+}
+
+func TestKeysRefuseLockedImage(t *testing.T) {
+	k := newKeyFixture(t)
+	hdr := filepath.Join(k.dir, "hdr")
+	mustRun(t, "header-backup", k.img, hdr)
+	f, err := os.Open(k.img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"add-key", "-q", "-d", k.keys[0], "--new-key-file", k.keys[1], fastIter, k.img},
+		{"change-key", "-q", "-d", k.keys[0], "--new-key-file", k.keys[1], fastIter, k.img},
+		{"kill-slot", "-q", k.img, "0", "--allow-last-slot"},
+		{"header-restore", "-q", k.img, hdr},
+		{"uuid", "-q", "--uuid", "11111111-2222-4333-8444-555555555555", k.img},
+	} {
+		if r := expectCode(t, exitBusy, args...); !strings.Contains(r.stderr, "locked") {
+			t.Errorf("%s: %q", args[0], r.stderr)
+		}
+	}
+	expectCode(t, 0, "test-key", "-d", k.keys[0], k.img) // reading needs no lock
 }
