@@ -36,6 +36,7 @@ EXIT STATUS
   1    usage error or other failure
   2    no key slot matched the key
   4    not an encrypted image, corrupt header or truncated payload
+  5    busy: the image is locked, or has an unfinished reencrypt or in-place operation
   130  interrupted (SIGINT or SIGTERM)
 `
 
