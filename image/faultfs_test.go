@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -17,6 +18,7 @@ import (
 // granularity, or reordered with each other. It can also fail the n-th
 // read (EIO) or the n-th write (ENOSPC).
 type faultDisk struct {
+	mu    sync.Mutex // the operations may be called from several goroutines
 	rng   *rand.Rand
 	files map[string]*faultFile
 
@@ -105,6 +107,8 @@ func resize(b []byte, n int64) []byte {
 }
 
 func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
+	f.d.mu.Lock()
+	defer f.d.mu.Unlock()
 	if f.d.crashed {
 		return 0, errCrash
 	}
@@ -123,6 +127,8 @@ func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	f.d.mu.Lock()
+	defer f.d.mu.Unlock()
 	if err := f.d.tick(); err != nil {
 		return 0, err
 	}
@@ -139,6 +145,8 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *faultFile) Truncate(n int64) error {
+	f.d.mu.Lock()
+	defer f.d.mu.Unlock()
 	if err := f.d.tick(); err != nil {
 		return err
 	}
@@ -148,6 +156,8 @@ func (f *faultFile) Truncate(n int64) error {
 }
 
 func (f *faultFile) Sync() error {
+	f.d.mu.Lock()
+	defer f.d.mu.Unlock()
 	if err := f.d.tick(); err != nil {
 		return err
 	}
@@ -169,8 +179,12 @@ func (f *faultFile) Stat() (fs.FileInfo, error) { return faultInfo{f}, nil }
 
 type faultInfo struct{ f *faultFile }
 
-func (i faultInfo) Name() string       { return i.f.name }
-func (i faultInfo) Size() int64        { return int64(len(i.f.cur)) }
+func (i faultInfo) Name() string { return i.f.name }
+func (i faultInfo) Size() int64 {
+	i.f.d.mu.Lock()
+	defer i.f.d.mu.Unlock()
+	return int64(len(i.f.cur))
+}
 func (i faultInfo) Mode() fs.FileMode  { return 0o600 }
 func (i faultInfo) ModTime() time.Time { return time.Time{} }
 func (i faultInfo) IsDir() bool        { return false }
@@ -186,6 +200,8 @@ type faultJournal struct {
 func (j faultJournal) Name() string { return j.name }
 
 func (j faultJournal) Open() (File, error) {
+	j.d.mu.Lock()
+	defer j.d.mu.Unlock()
 	if j.d.crashed {
 		return nil, errCrash
 	}
@@ -197,6 +213,8 @@ func (j faultJournal) Open() (File, error) {
 }
 
 func (j faultJournal) Create() (File, error) {
+	j.d.mu.Lock()
+	defer j.d.mu.Unlock()
 	if err := j.d.tick(); err != nil {
 		return nil, err
 	}
@@ -207,6 +225,8 @@ func (j faultJournal) Create() (File, error) {
 }
 
 func (j faultJournal) Remove() error {
+	j.d.mu.Lock()
+	defer j.d.mu.Unlock()
 	if err := j.d.tick(); err != nil {
 		return err
 	}

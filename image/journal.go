@@ -22,7 +22,8 @@ import (
 )
 
 // File is what the in-place operations need of a file: *os.File
-// satisfies it, and tests substitute a fault-injecting one.
+// satisfies it, and tests substitute a fault-injecting one. ReadAt and
+// WriteAt may be called from two goroutines at once, on disjoint ranges.
 type File interface {
 	io.ReaderAt
 	io.WriterAt
