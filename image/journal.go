@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cryptimg/cryptimg/header"
 )
@@ -139,7 +140,8 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("busy: an unfinished %s is recorded in %s; finish it with cryptimg %s --resume", e.Op, e.Journal, e.Op)
+	return fmt.Sprintf("busy: an unfinished %s is recorded in %s; finish it with: cryptimg %s --resume %s",
+		e.Op, e.Journal, e.Op, strings.TrimSuffix(e.Journal, JournalSuffix))
 }
 
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
