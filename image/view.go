@@ -58,6 +58,12 @@ func (e *Encrypted) View(f *os.File, k *Key, readOnly bool) (View, error) {
 	switch e.Format {
 	case Raw:
 		return newRawView(f, k.Cipher, e.PayloadOffset, e.PayloadSize, readOnly), nil
+	case Qcow2:
+		st, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		return newQcowView(f, k.Cipher, st.Size(), readOnly)
 	default:
 		return nil, fmt.Errorf("image: no plaintext view for %s images yet", e.Format)
 	}

@@ -1,0 +1,334 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+)
+
+// qcowView is the View of a qcow2+LUKS image. Guest offsets map to host
+// clusters through the qcow2 tables; an allocated 512-byte sector at host
+// offset h is encrypted with IV sector h/512. Unallocated and zero
+// clusters read as zeros, compressed clusters (plaintext, as qemu writes
+// them) are inflated. The first write to a cluster that is not stored in
+// place gives it a fresh host cluster holding the whole cluster encrypted:
+// its old content (zeros, the inflated data or the shared cluster's data)
+// with the new bytes over it.
+type qcowView struct {
+	f        *os.File
+	c        *essiv.Cipher
+	ed       *qcow2.Editor
+	cs       int64
+	size     int64
+	readOnly bool
+	closed   atomic.Bool
+	locks    [lockStripes]sync.RWMutex
+	alloc    sync.Mutex // serialises allocations (and their re-checks)
+	bufs     sync.Pool
+}
+
+func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*qcowView, error) {
+	ed, err := qcow2.OpenEdit(f, fileSize)
+	if err != nil {
+		return nil, err
+	}
+	im := ed.Image()
+	if im.CryptMethod != qcow2.CryptLUKS {
+		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
+	}
+	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize, size: im.Size, readOnly: readOnly}
+	v.bufs.New = func() any {
+		b := make([]byte, max(viewChunk, im.ClusterSize)+2*SectorSize)
+		return &b
+	}
+	return v, nil
+}
+
+func (v *qcowView) Size() int64 { return v.size }
+
+func (v *qcowView) lock(off, end int64, write bool) func() {
+	return lockStripeSet(&v.locks, off, end, write)
+}
+
+// lockStripeSet takes the stripes of locks covering [off, end), in index
+// order, and returns their release.
+func lockStripeSet(locks *[lockStripes]sync.RWMutex, off, end int64, write bool) func() {
+	first, last := off/lockBlock, (end-1)/lockBlock
+	var mark [lockStripes]bool
+	if last-first+1 >= lockStripes {
+		for i := range mark {
+			mark[i] = true
+		}
+	} else {
+		for b := first; b <= last; b++ {
+			mark[b%lockStripes] = true
+		}
+	}
+	for i, m := range mark {
+		if !m {
+			continue
+		}
+		if write {
+			locks[i].Lock()
+		} else {
+			locks[i].RLock()
+		}
+	}
+	return func() {
+		for i, m := range mark {
+			if !m {
+				continue
+			}
+			if write {
+				locks[i].Unlock()
+			} else {
+				locks[i].RUnlock()
+			}
+		}
+	}
+}
+
+func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("image: negative offset %d", off)
+	}
+	if off >= v.size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), v.size-off)
+	if n == 0 {
+		return 0, nil
+	}
+	unlock := v.lock(off, off+n, false)
+	defer unlock()
+	if v.closed.Load() {
+		return 0, ErrClosed
+	}
+	bp := v.bufs.Get().(*[]byte)
+	defer v.bufs.Put(bp)
+	end := off + n
+	for pos := off; pos < end; {
+		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
+		if err != nil {
+			return int(pos - off), err
+		}
+		stepEnd := min(end, m.GuestOffset+m.Length, pos+viewChunk)
+		dst := p[pos-off : stepEnd-off]
+		switch m.Kind {
+		case qcow2.Data:
+			err = v.readData(dst, m, pos, *bp)
+		case qcow2.Compressed:
+			buf := (*bp)[:v.cs]
+			if err = v.ed.ReadCompressed(m.Extent, buf); err == nil {
+				copy(dst, buf[pos-m.GuestOffset:])
+			}
+		default:
+			clear(dst)
+		}
+		if err != nil {
+			return int(pos - off), err
+		}
+		pos = stepEnd
+	}
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// readData reads the guest bytes [pos, pos+len(dst)) of the host-contiguous
+// Data mapping m into dst, through buf when they are not whole sectors.
+func (v *qcowView) readData(dst []byte, m qcow2.Mapping, pos int64, buf []byte) error {
+	end := pos + int64(len(dst))
+	s := pos &^ (SectorSize - 1)
+	e := (end + SectorSize - 1) &^ (SectorSize - 1)
+	host := m.HostOffset + s - m.GuestOffset
+	b := buf[:e-s]
+	aligned := s == pos && e == end
+	if aligned {
+		b = dst
+	}
+	err := split(len(b), func(lo, hi int) error { return v.readHost(b[lo:hi], host+int64(lo)) })
+	if err != nil {
+		return err
+	}
+	if !aligned {
+		copy(dst, b[pos-s:])
+	}
+	return nil
+}
+
+// readHost reads and decrypts whole sectors at host offset h.
+func (v *qcowView) readHost(b []byte, h int64) error {
+	if _, err := v.f.ReadAt(b, h); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("image: %w", ErrTruncated)
+		}
+		return err
+	}
+	v.c.DecryptSectors(b, b, uint64(h/SectorSize), SectorSize)
+	return nil
+}
+
+func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
+	if v.readOnly {
+		return 0, ErrReadOnly
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("image: negative offset %d", off)
+	}
+	n := int64(len(p))
+	if off > v.size || n > v.size-off {
+		return 0, fmt.Errorf("%w: %d bytes at offset %d, size %d", ErrBeyondEnd, n, off, v.size)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	unlock := v.lock(off, off+n, true)
+	defer unlock()
+	if v.closed.Load() {
+		return 0, ErrClosed
+	}
+	bp := v.bufs.Get().(*[]byte)
+	defer v.bufs.Put(bp)
+	end := off + n
+	for pos := off; pos < end; {
+		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
+		if err != nil {
+			return int(pos - off), err
+		}
+		var stepEnd int64
+		if m.InPlace {
+			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
+			err = v.writeData(p[pos-off:stepEnd-off], m, pos, *bp)
+		} else {
+			// Up to the end of this cluster.
+			stepEnd = min(end, pos-pos%v.cs+v.cs)
+			err = v.allocate(p[pos-off:stepEnd-off], pos, (*bp)[:v.cs])
+		}
+		if err != nil {
+			return int(pos - off), err
+		}
+		pos = stepEnd
+	}
+	return int(n), nil
+}
+
+// writeData writes src at guest offset pos into the in-place Data mapping
+// m, reading and decrypting partial first and last sectors first (the
+// stripe locks cover them).
+func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte) error {
+	end := pos + int64(len(src))
+	s := pos &^ (SectorSize - 1)
+	e := (end + SectorSize - 1) &^ (SectorSize - 1)
+	host := m.HostOffset + s - m.GuestOffset
+	b := buf[:e-s]
+	if pos > s {
+		if err := v.readHost(b[:SectorSize], host); err != nil {
+			return err
+		}
+	}
+	if end < e && (e-SectorSize > s || pos == s) {
+		if err := v.readHost(b[len(b)-SectorSize:], host+e-SectorSize-s); err != nil {
+			return err
+		}
+	}
+	in := b
+	if pos == s && end == e {
+		in = src
+	} else {
+		copy(b[pos-s:], src)
+	}
+	return split(len(b), func(lo, hi int) error {
+		v.c.EncryptSectors(b[lo:hi], in[lo:hi], uint64((host+int64(lo))/SectorSize), SectorSize)
+		_, err := v.f.WriteAt(b[lo:hi], host+int64(lo))
+		return err
+	})
+}
+
+// allocate writes src at guest offset pos, inside one cluster that is not
+// stored in place: it builds the cluster's new plaintext and has the
+// editor map it to a fresh host cluster, written encrypted before the
+// mapping exists.
+func (v *qcowView) allocate(src []byte, pos int64, buf []byte) error {
+	v.alloc.Lock()
+	defer v.alloc.Unlock()
+	g := pos - pos%v.cs
+	m, err := v.ed.Lookup(g, v.cs)
+	if err != nil {
+		return err
+	}
+	if m.InPlace {
+		// Another request allocated it meanwhile.
+		m, err = v.ed.Lookup(pos, int64(len(src)))
+		if err != nil {
+			return err
+		}
+		return v.writeData(src, m, pos, buf)
+	}
+	n := min(v.cs, v.size-g)
+	plain := buf[:v.cs]
+	clear(plain)
+	// The old content of the whole cluster, kind by kind.
+	for at := g; at < g+n; {
+		m, err := v.ed.Lookup(at, g+n-at)
+		if err != nil {
+			return err
+		}
+		stop := min(g+n, m.GuestOffset+m.Length)
+		switch m.Kind {
+		case qcow2.Data:
+			if err := v.readHost(plain[at-g:stop-g], m.HostOffset+at-m.GuestOffset); err != nil {
+				return err
+			}
+		case qcow2.Compressed:
+			if err := v.ed.ReadCompressed(m.Extent, plain); err != nil {
+				return err
+			}
+		}
+		at = stop
+	}
+	copy(plain[pos-g:], src)
+	_, err = v.ed.Allocate(g, func(host int64) error {
+		return split(len(plain), func(lo, hi int) error {
+			v.c.EncryptSectors(plain[lo:hi], plain[lo:hi], uint64((host+int64(lo))/SectorSize), SectorSize)
+			_, err := v.f.WriteAt(plain[lo:hi], host+int64(lo))
+			return err
+		})
+	})
+	return err
+}
+
+// Sync writes out the qcow2 metadata of allocations, in qemu's order,
+// after the data.
+func (v *qcowView) Sync() error {
+	if v.closed.Load() {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.ed.Flush()
+}
+
+// Close waits for requests in flight, then flushes a writable view.
+func (v *qcowView) Close() error {
+	unlock := v.lock(0, lockBlock*lockStripes, true)
+	defer unlock()
+	if v.closed.Swap(true) {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.ed.Flush()
+}

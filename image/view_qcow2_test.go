@@ -1,0 +1,374 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+)
+
+const qcowPass = "qcow2 view test"
+
+// needQemuTools skips without qemu-img/qemu-io, except in CI where their
+// absence fails the test.
+func needQemuTools(t *testing.T) {
+	t.Helper()
+	for _, bin := range []string{"qemu-img", "qemu-io"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is required in CI: %v", bin, err)
+			}
+			t.Skipf("skipping: %s not installed", bin)
+		}
+	}
+}
+
+func qemuSecret() string { return "secret,id=sec0,data=" + qcowPass }
+
+func qemuOpts(path string) string {
+	return "driver=qcow2,encrypt.key-secret=sec0,file.filename=" + path
+}
+
+// qemuRun runs a qemu tool, retrying the spurious PBKDF benchmark failure
+// of Debian's qemu 7.2 when creating LUKS headers.
+func qemuRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	var out []byte
+	var err error
+	for range 10 {
+		out, err = exec.Command(name, args...).CombinedOutput()
+		if err == nil && !bytes.Contains(out, []byte("failed")) {
+			return string(out)
+		}
+		if !bytes.Contains(out, []byte("accurate CPU usage")) {
+			break
+		}
+	}
+	t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	return ""
+}
+
+// qemuCheckClean fails unless qemu-img check finds no errors and no leaks.
+func qemuCheckClean(t *testing.T, path string) {
+	t.Helper()
+	out, err := exec.Command("qemu-img", "check", "--object", qemuSecret(), "--image-opts", qemuOpts(path)).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("No errors were found")) {
+		t.Fatalf("qemu-img check: %v\n%s", err, out)
+	}
+}
+
+// qemuPlain returns the plaintext of an encrypted qcow2 image as qemu sees it.
+func qemuPlain(t *testing.T, path string) []byte {
+	t.Helper()
+	raw := filepath.Join(t.TempDir(), "qemu.raw")
+	qemuRun(t, "qemu-img", "convert", "--object", qemuSecret(), "--image-opts", qemuOpts(path), "-O", "raw", raw)
+	b, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// qemuImage makes a qcow2+LUKS image with qemu and fills it with data,
+// zero and compressed clusters, returning its path and plaintext model.
+func qemuImage(t *testing.T, version int, cs int64) (string, []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "qemu.qcow2")
+	size := 16*cs + 3*512
+	compat := "1.1"
+	if version == 2 {
+		compat = "0.10"
+	}
+	qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
+		fmt.Sprintf("compat=%s,cluster_size=%d,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
+			"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10", compat, cs),
+		path, fmt.Sprint(size))
+	model := make([]byte, size)
+	var cmds []string
+	fill := func(pat byte, off, n int64) {
+		cmds = append(cmds, "-c", fmt.Sprintf("write -P %d %d %d", pat, off, n))
+		for i := off; i < off+n; i++ {
+			model[i] = pat
+		}
+	}
+	fill(0xab, 0, 2*cs)          // data
+	fill(0x5c, 5*cs, cs)         // data, then zeroed below (zero flag with a host cluster on v3)
+	fill(0x11, 13*cs+1024, 3072) // partial cluster
+	cmds = append(cmds, "-c", fmt.Sprintf("write -z %d %d", 5*cs, cs), "-c", fmt.Sprintf("write -z %d %d", 8*cs, cs))
+	clear(model[5*cs : 6*cs])
+	for _, c := range []int64{10, 11} { // compressed, plaintext deflate
+		cmds = append(cmds, "-c", fmt.Sprintf("write -c -P %d %d %d", 0x30+c, c*cs, cs))
+		for i := c * cs; i < (c+1)*cs; i++ {
+			model[i] = byte(0x30 + c)
+		}
+	}
+	qemuRun(t, "qemu-io", append([]string{"--object", qemuSecret(), "--image-opts", qemuOpts(path)}, cmds...)...)
+	if got := qemuPlain(t, path); !bytes.Equal(got, model) {
+		t.Fatal("qemu-made image does not match its model")
+	}
+	return path, model
+}
+
+// openQcowView opens path's plaintext view read-write.
+func openQcowView(t *testing.T, path string, readOnly bool) (*os.File, View) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	e, err := Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte(qcowPass), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Clear)
+	v, err := e.View(f, k, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, v
+}
+
+// exerciseView runs concurrent random unaligned writes and reads against
+// the view and the model: each goroutine owns every G-th 700-byte chunk, so
+// chunks of different goroutines share sectors and clusters (concurrent
+// read-modify-writes and allocations of one cluster) while every byte has
+// one writer. Then single-threaded large writes span clusters.
+func exerciseView(t *testing.T, v View, model []byte, seed uint64) {
+	t.Helper()
+	const chunk, workers = 700, 4
+	size := int64(len(model))
+	if v.Size() != size {
+		t.Fatalf("Size %d, want %d", v.Size(), size)
+	}
+	chunks := size / chunk
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for range 150 {
+				c := rng.Int64N(chunks/workers)*workers + int64(w)
+				lo := c*chunk + rng.Int64N(chunk)
+				hi := lo + 1 + rng.Int64N((c+1)*chunk-lo)
+				if rng.IntN(3) == 0 {
+					got := make([]byte, hi-lo)
+					if _, err := v.ReadAt(got, lo); err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(got, model[lo:hi]) {
+						errs <- fmt.Errorf("read %d..%d differs from the model", lo, hi)
+						return
+					}
+					continue
+				}
+				b := make([]byte, hi-lo)
+				for i := range b {
+					b[i] = byte(rng.Uint32())
+				}
+				if _, err := v.WriteAt(b, lo); err != nil {
+					errs <- err
+					return
+				}
+				copy(model[lo:hi], b)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 99))
+	for range 6 {
+		lo := rng.Int64N(size)
+		n := min(size-lo, 1+rng.Int64N(3<<20))
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		if _, err := v.WriteAt(b, lo); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[lo:], b)
+	}
+	got := make([]byte, size)
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("full read differs from the model")
+	}
+}
+
+func TestQcowViewQemuImages(t *testing.T) {
+	needQemuTools(t)
+	for _, tc := range []struct {
+		version int
+		cs      int64
+	}{{3, 4 << 10}, {2, 4 << 10}, {3, 64 << 10}, {2, 64 << 10}, {3, 2 << 20}} {
+		t.Run(fmt.Sprintf("v%d-%dk", tc.version, tc.cs>>10), func(t *testing.T) {
+			path, model := qemuImage(t, tc.version, tc.cs)
+			_, v := openQcowView(t, path, false)
+			got := make([]byte, len(model))
+			if _, err := v.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, model) {
+				t.Fatal("view of the qemu image differs from qemu's plaintext")
+			}
+			exerciseView(t, v, model, uint64(tc.cs)+uint64(tc.version))
+			// A synced view is consistent on disk while still open.
+			if err := v.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			qemuCheckClean(t, path)
+			if _, err := v.WriteAt([]byte("after sync"), int64(len(model))-10); err != nil {
+				t.Fatal(err)
+			}
+			copy(model[len(model)-10:], "after sync")
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			qemuCheckClean(t, path)
+			if !bytes.Equal(qemuPlain(t, path), model) {
+				t.Fatal("qemu's plaintext differs from the model after the writes")
+			}
+			// Reopened, the view reads what it wrote.
+			_, v2 := openQcowView(t, path, true)
+			if _, err := v2.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, model) {
+				t.Fatal("reopened view differs from the model")
+			}
+			if _, err := v2.WriteAt([]byte{1}, 0); !errors.Is(err, ErrReadOnly) {
+				t.Fatalf("write to a read-only view: %v", err)
+			}
+			v2.Close()
+		})
+	}
+}
+
+func TestQcowViewCryptimgImage(t *testing.T) {
+	needQemuTools(t)
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(5, 5))
+	plain := make([]byte, 3<<20)
+	for i := range 1 << 20 { // first MiB data, the rest unallocated
+		plain[i] = byte(rng.Uint32())
+	}
+	src := filepath.Join(dir, "plain.raw")
+	if err := os.WriteFile(src, plain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	pl, err := OpenPlain(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "enc.qcow2")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Encrypt(context.Background(), out, pl, EncryptOptions{
+		Header: header.Params{ForceIterations: 1000}, Passphrase: []byte(qcowPass), Format: Qcow2, ClusterSize: 16 << 10,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	_, v := openQcowView(t, path, false)
+	exerciseView(t, v, plain, 7)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	qemuCheckClean(t, path)
+	if !bytes.Equal(qemuPlain(t, path), plain) {
+		t.Fatal("qemu's plaintext differs from the model")
+	}
+}
+
+// TestQcowViewUnsyncedIsConsistent checks that a crash before Sync leaves an image
+// qemu reads without garbage: no L2 entry may point at unwritten clusters.
+func TestQcowViewUnsyncedIsConsistent(t *testing.T) {
+	needQemuTools(t)
+	path, model := qemuImage(t, 3, 64<<10)
+	_, v := openQcowView(t, path, false)
+	// Only clusters that need allocation: compressed, zero with a host
+	// cluster, unallocated (in-place writes reach the file at once).
+	for _, c := range []int64{10, 5, 14, 15} {
+		if _, err := v.WriteAt(bytes.Repeat([]byte{7}, 1000), c*64<<10+300); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without Sync, the new mappings are not on disk yet: qemu sees the old
+	// plaintext, and at worst leaked clusters (exit 3), never corruption.
+	out, err := exec.Command("qemu-img", "check", "--object", qemuSecret(), "--image-opts", qemuOpts(path)).CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 3) {
+		t.Fatalf("qemu-img check before Sync: %v\n%s", err, out)
+	}
+	if !bytes.Equal(qemuPlain(t, path), model) {
+		t.Fatal("unsynced allocations changed what qemu reads")
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	qemuCheckClean(t, path)
+}
+
+// TestQcowViewExtendedL2 shows extended L2 images read through the
+// view but refuse allocation with qcow2.ErrUnsupported.
+func TestQcowViewExtendedL2(t *testing.T) {
+	needQemuTools(t)
+	path := filepath.Join(t.TempDir(), "ext.qcow2")
+	qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
+		"extended_l2=on,cluster_size=65536,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
+			"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10",
+		path, "1M")
+	qemuRun(t, "qemu-io", "--object", qemuSecret(), "--image-opts", qemuOpts(path), "-c", "write -P 0x42 2048 2048", "-c", "write -z 8192 2048")
+	model := qemuPlain(t, path)
+	_, v := openQcowView(t, path, false)
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("extended L2 read differs from qemu")
+	}
+	// In place: the allocated subcluster.
+	if _, err := v.WriteAt([]byte("in place"), 2100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.WriteAt([]byte("needs a cluster"), 300<<10); !errors.Is(err, qcow2.ErrUnsupported) {
+		t.Fatalf("allocation with extended L2: %v", err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[2100:], "in place")
+	if !bytes.Equal(qemuPlain(t, path), model) {
+		t.Fatal("in-place write with extended L2 differs")
+	}
+	qemuCheckClean(t, path)
+}
