@@ -78,6 +78,9 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 		return err
 	}
 	defer src.Close()
+	if err := checkNotPending(src, in); err != nil {
+		return err
+	}
 	e, err := image.Open(src)
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)

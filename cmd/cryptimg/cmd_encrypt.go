@@ -129,6 +129,9 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return err
 	}
 	defer src.Close()
+	if err := checkNotPending(src, in); err != nil {
+		return err
+	}
 	format, err := parseFormat(o.outputFormat)
 	if err != nil {
 		return err

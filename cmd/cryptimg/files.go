@@ -25,6 +25,20 @@ func openInput(path string) (*os.File, error) {
 	return f, nil
 }
 
+// checkNotPending refuses an input with an unfinished reencrypt or
+// in-place operation: its bytes are half converted, so reading it as
+// plaintext or ciphertext would give garbage.
+func checkNotPending(f *os.File, path string) error {
+	busy, err := image.Pending(f, image.Sidecar(path))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if busy != nil {
+		return busy
+	}
+	return nil
+}
+
 // checkOutputPath refuses an output that is the input, or that exists
 // without --force, before any secret is asked for.
 func checkOutputPath(in, out string, force bool) error {

@@ -120,7 +120,7 @@ func noFile(t *testing.T, path string) {
 	}
 	entries, _ := os.ReadDir(filepath.Dir(path))
 	for _, e := range entries {
-		if strings.Contains(e.Name(), ".cryptimg-") {
+		if strings.Contains(e.Name(), ".cryptimg-") && strings.HasSuffix(e.Name(), ".tmp") {
 			t.Fatalf("temporary file %s left behind", e.Name())
 		}
 	}

@@ -334,3 +334,23 @@ func TestReencryptInterop(t *testing.T) {
 	qemuCheck(t, qi, key, q, true)
 	qemuCompare(t, qi, key, qcowOpts(q), rawOpts(plain))
 }
+
+// A raw image halfway through encrypt --in-place is neither plaintext nor a
+// LUKS image: copying commands refuse it as busy instead of reading it.
+func TestInPlaceEncryptPendingInput(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img := randomFile(t, dir, "img.raw", 8<<20)
+	interruptOp(t, image.OpEncrypt, img, testPassphrase)
+	for _, args := range [][]string{
+		{"encrypt", "--key-file", key, "--pbkdf-force-iterations", "1000", img, filepath.Join(dir, "o1")},
+		{"decrypt", "--key-file", key, img, filepath.Join(dir, "o2")},
+	} {
+		r := cryptimg(t, "", args...)
+		if r.code != exitBusy || !strings.Contains(r.stderr, "unfinished") {
+			t.Errorf("%v: exit %d, want 5 with a clear message: %q", args[0], r.code, r.stderr)
+		}
+	}
+	noFile(t, filepath.Join(dir, "o1"))
+	noFile(t, filepath.Join(dir, "o2"))
+}
