@@ -1,0 +1,167 @@
+package qcow2
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestRefcountWidths(t *testing.T) {
+	for _, bits := range []int{1, 2, 4, 8, 16, 32, 64} {
+		blk := make([]byte, 512)
+		n := int64(512 * 8 / bits)
+		want := make([]uint64, n)
+		rng := rand.New(rand.NewPCG(uint64(bits), 1))
+		for i := range want {
+			want[i] = rng.Uint64() & (1<<bits - 1)
+			if bits == 64 {
+				want[i] = rng.Uint64()
+			}
+			setRefcount(blk, int64(i), bits, want[i])
+		}
+		for i, w := range want {
+			if got := getRefcount(blk, int64(i), bits); got != w {
+				t.Fatalf("bits %d entry %d: %#x, want %#x", bits, i, got, w)
+			}
+		}
+	}
+	// Layout: 16-bit big-endian; sub-byte widths least significant first.
+	blk := make([]byte, 4)
+	setRefcount(blk, 1, 16, 0x0102)
+	setRefcount(blk, 0, 4, 0x3)
+	setRefcount(blk, 1, 4, 0xa)
+	if !bytes.Equal(blk, []byte{0xa3, 0, 0x01, 0x02}) {
+		t.Fatalf("refcount layout % x", blk)
+	}
+}
+
+// editImage opens a qemu-made plain qcow2 image for editing.
+func editImage(t *testing.T, path string) (*os.File, *Editor) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	st, _ := f.Stat()
+	e, err := OpenEdit(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, e
+}
+
+// writeCluster allocates the guest cluster at g and fills it with b.
+func writeCluster(e *Editor, f *os.File, g int64, b []byte) error {
+	_, err := e.Allocate(g, func(h int64) error {
+		_, err := f.WriteAt(b, h)
+		return err
+	})
+	return err
+}
+
+// TestEditorAllocate allocates every cluster of plain qemu images of
+// several geometries (small clusters and wide refcounts need new refcount
+// blocks), replacing data-less, zero and compressed clusters, and checks
+// with qemu-img check and convert.
+func TestEditorAllocate(t *testing.T) {
+	needQemu(t)
+	for _, tc := range []struct {
+		compat string
+		cs     int64
+		bits   int
+		size   int64
+	}{
+		{"1.1", 4 << 10, 64, 6 << 20}, // 512 clusters per refcount block
+		{"1.1", 64 << 10, 1, 4 << 20},
+		{"1.1", 64 << 10, 4, 4 << 20},
+		{"0.10", 4 << 10, 16, 3 << 20},
+		{"1.1", 512, 64, 4 << 20}, // exhausts the refcount table
+	} {
+		t.Run(fmt.Sprintf("%s-%d-%d", tc.compat, tc.cs, tc.bits), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.qcow2")
+			runCmd(t, "qemu-img", "create", "-f", "qcow2", "-o",
+				fmt.Sprintf("compat=%s,cluster_size=%d,refcount_bits=%d", tc.compat, tc.cs, tc.bits), path, fmt.Sprint(tc.size))
+			cmds := []string{"-c", fmt.Sprintf("write -P 0x61 0 %d", 3*tc.cs), "-c", fmt.Sprintf("write -z %d %d", tc.cs, tc.cs)}
+			if tc.bits > 1 {
+				cmds = append(cmds, "-c", fmt.Sprintf("write -c -P 0x62 %d %d", 4*tc.cs, tc.cs), "-c", fmt.Sprintf("write -c -P 0x63 %d %d", 5*tc.cs, tc.cs))
+			}
+			runCmd(t, "qemu-io", append([]string{"-f", "qcow2", path}, cmds...)...)
+			model := qemuRaw(t, path)
+			f, e := editImage(t, path)
+
+			m, err := e.Lookup(0, tc.size)
+			if err != nil || m.Kind != Data || !m.InPlace || m.GuestOffset != 0 {
+				t.Fatalf("Lookup(0): %+v, %v", m, err)
+			}
+			if err := writeCluster(e, f, 0, nil); !errors.Is(err, ErrInPlace) {
+				t.Fatalf("Allocate of an in-place cluster: %v", err)
+			}
+			if tc.bits > 1 {
+				if m, err := e.Lookup(4*tc.cs+7, 1); err != nil || m.Kind != Compressed || m.GuestOffset != 4*tc.cs {
+					t.Fatalf("Lookup of a compressed cluster: %+v, %v", m, err)
+				}
+			}
+			buf := make([]byte, tc.cs)
+			var exhausted error
+			for g := tc.cs; g < tc.size; g += tc.cs {
+				if g == 2*tc.cs {
+					continue
+				}
+				for i := range buf {
+					buf[i] = byte(g/tc.cs) ^ byte(i)
+				}
+				if err := writeCluster(e, f, g, buf); err != nil {
+					if errors.Is(err, ErrUnsupported) {
+						exhausted = err
+						break
+					}
+					t.Fatalf("Allocate %#x: %v", g, err)
+				}
+				copy(model[g:], buf)
+				if m, err := e.Lookup(g, tc.cs); err != nil || m.Kind != Data || !m.InPlace {
+					t.Fatalf("Lookup after Allocate: %+v, %v", m, err)
+				}
+			}
+			if (tc.cs == 512) != (exhausted != nil) {
+				t.Fatalf("refcount table exhaustion: %v", exhausted)
+			}
+			if err := e.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			qemuCheck(t, path)
+			if !bytes.Equal(qemuRaw(t, path), model) {
+				t.Fatal("qemu reads something else than was allocated")
+			}
+			// A second editor sees the flushed mappings.
+			_, e2 := editImage(t, path)
+			if m, err := e2.Lookup(tc.cs, tc.size); err != nil || m.Kind != Data || m.GuestOffset != tc.cs {
+				t.Fatalf("reopened Lookup: %+v, %v", m, err)
+			}
+		})
+	}
+}
+
+// TestEditorRefusesDirty: a dirty image maps fine but allocates nothing.
+func TestEditorRefusesDirty(t *testing.T) {
+	needQemu(t)
+	path := filepath.Join(t.TempDir(), "d.qcow2")
+	runCmd(t, "qemu-img", "create", "-f", "qcow2", path, "1M")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteAt([]byte{0, 0, 0, 0, 0, 0, 0, 1}, 72) // incompatible bit 0
+	_, e := editImage(t, path)
+	if m, err := e.Lookup(0, 1<<20); err != nil || m.Kind != Unallocated || m.Length != 1<<20 {
+		t.Fatalf("Lookup: %+v, %v", m, err)
+	}
+	if err := writeCluster(e, f, 0, make([]byte, 64<<10)); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Allocate in a dirty image: %v", err)
+	}
+}
