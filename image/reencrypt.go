@@ -70,6 +70,9 @@ func isQcow2Marked(img File) (bool, error) {
 		return false, nil
 	}
 	a, err := locateLUKS(img)
+	if errors.Is(err, ErrNotEncrypted) {
+		return false, nil // a plain qcow2 cannot be mid-reencryption
+	}
 	if err != nil {
 		return false, err
 	}
