@@ -211,9 +211,7 @@ func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
 			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
 			err = v.writeData(p[pos-off:stepEnd-off], m, pos, *bp)
 		} else {
-			// Up to the end of this cluster.
-			stepEnd = min(end, pos-pos%v.cs+v.cs)
-			err = v.allocate(p[pos-off:stepEnd-off], pos, (*bp)[:v.cs])
+			stepEnd, err = v.allocate(p[pos-off:], pos, m, *bp)
 		}
 		if err != nil {
 			return int(pos - off), err
@@ -255,57 +253,68 @@ func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte)
 	})
 }
 
-// allocate writes src at guest offset pos, inside one cluster that is not
-// stored in place: it builds the cluster's new plaintext and has the
-// editor map it to a fresh host cluster, written encrypted before the
-// mapping exists.
-func (v *qcowView) allocate(src []byte, pos int64, buf []byte) error {
+// allocate writes the start of src at guest offset pos, which m maps to
+// something not stored in place: the clusters from pos's on that m covers
+// (at most a buffer's worth) get fresh host clusters, written encrypted
+// with their old content (zeros, the inflated data or the shared
+// cluster's data) and the new bytes over it before the editor maps them.
+// It returns where the write has got to.
+func (v *qcowView) allocate(src []byte, pos int64, m qcow2.Mapping, buf []byte) (int64, error) {
 	v.alloc.Lock()
 	defer v.alloc.Unlock()
-	g := pos - pos%v.cs
-	m, err := v.ed.Lookup(g, v.cs)
+	cs := v.cs
+	g0 := pos - pos%cs
+	limit := g0 + max(viewChunk, cs)
+	end := pos + int64(len(src))
+	// Re-check under the lock: another request may have allocated it.
+	m, err := v.ed.Lookup(pos, min(end, limit)-pos)
 	if err != nil {
-		return err
+		return pos, err
 	}
 	if m.InPlace {
-		// Another request allocated it meanwhile.
-		m, err = v.ed.Lookup(pos, int64(len(src)))
-		if err != nil {
-			return err
-		}
-		return v.writeData(src, m, pos, buf)
+		return pos, nil // the caller writes it in place
 	}
-	n := min(v.cs, v.size-g)
-	plain := buf[:v.cs]
+	g1 := min((m.GuestOffset+m.Length+cs-1)/cs*cs, limit, (end+cs-1)/cs*cs)
+	stepEnd := min(end, g1)
+	plain := buf[:g1-g0]
 	clear(plain)
-	// The old content of the whole cluster, kind by kind.
-	for at := g; at < g+n; {
-		m, err := v.ed.Lookup(at, g+n-at)
+	for at := g0; at < min(g1, v.size); {
+		m, err := v.ed.Lookup(at, min(g1, v.size)-at)
 		if err != nil {
-			return err
+			return pos, err
 		}
-		stop := min(g+n, m.GuestOffset+m.Length)
+		stop := min(g1, v.size, m.GuestOffset+m.Length)
 		switch m.Kind {
 		case qcow2.Data:
-			if err := v.readHost(plain[at-g:stop-g], m.HostOffset+at-m.GuestOffset); err != nil {
-				return err
+			if err := v.readHost(plain[at-g0:stop-g0], m.HostOffset+at-m.GuestOffset); err != nil {
+				return pos, err
 			}
 		case qcow2.Compressed:
-			if err := v.ed.ReadCompressed(m.Extent, plain); err != nil {
-				return err
+			if err := v.ed.ReadCompressed(m.Extent, plain[m.GuestOffset-g0:m.GuestOffset-g0+cs]); err != nil {
+				return pos, err
 			}
 		}
 		at = stop
 	}
-	copy(plain[pos-g:], src)
-	_, err = v.ed.Allocate(g, func(host int64) error {
+	copy(plain[pos-g0:], src[:stepEnd-pos])
+	_, err = v.ed.AllocateClusters(g0, int((g1-g0)/cs), func(hosts []int64) error {
 		return split(len(plain), func(lo, hi int) error {
-			v.c.EncryptSectors(plain[lo:hi], plain[lo:hi], uint64((host+int64(lo))/SectorSize), SectorSize)
-			_, err := v.f.WriteAt(plain[lo:hi], host+int64(lo))
-			return err
+			for x := int64(lo); x < int64(hi); {
+				y := min(int64(hi), x-x%cs+cs)
+				h := hosts[x/cs] + x%cs
+				v.c.EncryptSectors(plain[x:y], plain[x:y], uint64(h/SectorSize), SectorSize)
+				if _, err := v.f.WriteAt(plain[x:y], h); err != nil {
+					return err
+				}
+				x = y
+			}
+			return nil
 		})
 	})
-	return err
+	if err != nil {
+		return pos, err
+	}
+	return stepEnd, nil
 }
 
 // Sync writes out the qcow2 metadata of allocations, in qemu's order,

@@ -34,7 +34,7 @@ const (
 	editCacheBytes = 32 << 20
 	// editFlushBytes is how much newly allocated data makes Allocate flush
 	// the metadata by itself, bounding memory and what a crash can lose.
-	editFlushBytes = 256 << 20
+	editFlushBytes = 1 << 30
 )
 
 // Editor changes an existing qcow2 image in place: it maps guest offsets
@@ -48,7 +48,7 @@ const (
 // are released after the new entry is synced. A crash therefore leaves at
 // worst leaked clusters, never an entry that points at unwritten or freed
 // clusters. Until Flush, the new mappings live in memory (Lookup sees
-// them); Allocate flushes on its own every 256 MiB of new data.
+// them); Allocate flushes on its own every GiB of new data.
 //
 // Writing needs version 2 or 3 with standard L2 entries and a clean image
 // (dirty bit clear); otherwise Allocate fails with [ErrUnsupported], while
@@ -246,43 +246,67 @@ func (e *Editor) ReadCompressed(x Extent, dst []byte) error {
 // ErrInPlace; extended L2 entries, a dirty image or a full refcount table
 // give ErrUnsupported.
 func (e *Editor) Allocate(guestOff int64, fill func(hostOff int64) error) (int64, error) {
-	if guestOff < 0 || guestOff >= e.im.Size {
-		return 0, fmt.Errorf("qcow2: guest offset %#x outside the virtual size %#x", guestOff, e.im.Size)
-	}
-	e.mu.Lock()
-	c := guestOff / e.cs
-	i, j := c/e.im.l2Entries, c%e.im.l2Entries
-	old, host, err := e.reserve(i, j)
-	e.mu.Unlock()
+	h, err := e.AllocateClusters(guestOff, 1, func(h []int64) error { return fill(h[0]) })
 	if err != nil {
 		return 0, err
 	}
-	if err := fill(host); err != nil {
-		// The reserved cluster stays referenced by its refcount only: a
-		// leak, which qemu-img check -r leaks repairs.
-		return 0, err
+	return h[0], nil
+}
+
+// AllocateClusters is Allocate for count consecutive guest clusters from
+// the one containing guestOff; fill gets their host offsets, in guest
+// order (consecutive unless a new L2 table or refcount block sits between
+// them). When a reservation fails, none is made.
+func (e *Editor) AllocateClusters(guestOff int64, count int, fill func(hostOffs []int64) error) ([]int64, error) {
+	first := guestOff / e.cs
+	if guestOff < 0 || count < 1 || first+int64(count) > ceilDiv(e.im.Size, e.cs) {
+		return nil, fmt.Errorf("qcow2: %d clusters at guest offset %#x outside the virtual size %#x", count, guestOff, e.im.Size)
+	}
+	olds := make([]uint64, count)
+	hosts := make([]int64, count)
+	e.mu.Lock()
+	for k := range count {
+		c := first + int64(k)
+		old, host, err := e.reserve(c/e.im.l2Entries, c%e.im.l2Entries)
+		if err != nil {
+			// Nothing references the clusters reserved so far: free them.
+			for _, h := range hosts[:k] {
+				err = errors.Join(err, e.setRef(h/e.cs/e.rbEntries, h/e.cs%e.rbEntries, 0))
+			}
+			e.mu.Unlock()
+			return nil, err
+		}
+		olds[k], hosts[k] = old, host
+	}
+	e.mu.Unlock()
+	if err := fill(hosts); err != nil {
+		// The reserved clusters stay referenced by their refcounts only:
+		// leaks, which qemu-img check -r leaks repairs.
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, err := e.table(i)
-	if err != nil {
-		return 0, err
+	for k := range count {
+		c := first + int64(k)
+		i, j := c/e.im.l2Entries, c%e.im.l2Entries
+		t, err := e.table(i)
+		if err != nil {
+			return nil, err
+		}
+		if cur := binary.BigEndian.Uint64(t[j*8:]); cur != olds[k] {
+			return nil, fmt.Errorf("qcow2: guest cluster at %#x changed during Allocate", c*e.cs)
+		}
+		binary.BigEndian.PutUint64(t[j*8:], uint64(hosts[k])|flagCopied)
+		e.markDirty(i)
+		e.release(olds[k])
 	}
-	if cur := binary.BigEndian.Uint64(t[j*8:]); cur != old {
-		return 0, fmt.Errorf("qcow2: guest cluster at %#x changed during Allocate", c*e.cs)
-	}
-	binary.BigEndian.PutUint64(t[j*8:], uint64(host)|flagCopied)
-	e.markDirty(i)
-	if err := e.release(old); err != nil {
-		return 0, err
-	}
-	e.pending += e.cs
+	e.pending += int64(count) * e.cs
 	if e.pending >= editFlushBytes {
 		if err := e.flush(); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	return host, nil
+	return hosts, nil
 }
 
 func (e *Editor) markDirty(i int64) {
@@ -335,7 +359,7 @@ func (e *Editor) reserve(i, j int64) (uint64, int64, error) {
 // release queues the host clusters an old L2 entry referenced: a
 // compressed stream's clusters, a zero cluster's preallocated one, or a
 // shared data cluster.
-func (e *Editor) release(old uint64) error {
+func (e *Editor) release(old uint64) {
 	if old&flagCompressed != 0 {
 		x := 62 - (e.im.ClusterBits - 8)
 		d := old &^ (flagCopied | flagCompressed)
@@ -344,12 +368,11 @@ func (e *Editor) release(old uint64) error {
 		for h := off - off%e.cs; h < off+n; h += e.cs {
 			e.frees = append(e.frees, h)
 		}
-		return nil
+		return
 	}
 	if off := int64(old & offsetMask); off != 0 {
 		e.frees = append(e.frees, off)
 	}
-	return nil
 }
 
 // clearAutoclear clears the autoclear feature bits before the first change,
