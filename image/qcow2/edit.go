@@ -242,9 +242,10 @@ func (e *Editor) ReadCompressed(x Extent, dst []byte) error {
 // with a host cluster, or shared is released at the next Flush; its old
 // content is the caller's to carry over. The L2 table is allocated when
 // the L1 entry is empty, and refcount blocks when their table entry is.
-// fill runs without the Editor's lock held. An in-place cluster gives
-// ErrInPlace; extended L2 entries, a dirty image or a full refcount table
-// give ErrUnsupported.
+// fill runs without the Editor's lock held. A full refcount table moves
+// to the end of the file, twice as large. An in-place cluster gives
+// ErrInPlace; extended L2 entries, a dirty image or a refcount table at
+// qemu's size limit give ErrUnsupported.
 func (e *Editor) Allocate(guestOff int64, fill func(hostOff int64) error) (int64, error) {
 	h, err := e.AllocateClusters(guestOff, 1, func(h []int64) error { return fill(h[0]) })
 	if err != nil {
@@ -408,7 +409,10 @@ func (e *Editor) allocCluster() (int64, error) {
 		h := e.end
 		ti, bi := h/e.cs/e.rbEntries, h/e.cs%e.rbEntries
 		if ti >= int64(len(e.rt)) {
-			return 0, unsupportedf("refcount table full (%d entries); growing it is not implemented", len(e.rt))
+			if err := e.growTable(ti + 1); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if e.rt[ti] == 0 {
 			blk := make([]byte, e.cs)
@@ -442,6 +446,98 @@ func (e *Editor) allocCluster() (int64, error) {
 		e.grow(h + e.cs)
 		return h, nil
 	}
+}
+
+// growTable moves the refcount table to the end of the file with room
+// for at least need entries (twice its size or more). The new table is
+// followed by the refcount blocks that the table and those blocks need,
+// all counted before the header points at the new table; the old table's
+// clusters are released once it does.
+func (e *Editor) growTable(need int64) error {
+	cs, per := e.cs, e.rbEntries
+	at := e.end
+	n := max(int64(len(e.rt))*8*2, need*8)
+	tc := ceilDiv(n, cs) // table clusters
+	var nb int64         // new refcount blocks after the table
+	var missing []int64  // their table indexes
+	for {
+		end := at + (tc+nb)*cs
+		missing = missing[:0]
+		for ti := at / cs / per; ti <= (end-1)/cs/per; ti++ {
+			if ti >= int64(len(e.rt)) || e.rt[ti] == 0 {
+				missing = append(missing, ti)
+			}
+		}
+		last := (end - 1) / cs / per
+		if need := ceilDiv((last+1)*8, cs); need > tc {
+			tc = need
+			continue
+		}
+		if int64(len(missing)) == nb {
+			break
+		}
+		nb = int64(len(missing))
+	}
+	if tc*cs > maxRefTableBytes {
+		return unsupportedf("refcount table of %d clusters above qemu's limit", tc)
+	}
+	end := at + (tc+nb)*cs
+	rt := make([]uint64, tc*cs/8)
+	copy(rt, e.rt)
+	blocks := map[int64][]byte{}
+	for k, ti := range missing {
+		rt[ti] = uint64(at + (tc+int64(k))*cs)
+		blocks[ti] = make([]byte, cs)
+	}
+	// Refcount 1 for every new cluster, in new or existing blocks.
+	for h := at; h < end; h += cs {
+		ti, bi := h/cs/per, h/cs%per
+		if b, ok := blocks[ti]; ok {
+			setRefcount(b, bi, e.im.RefcountBits, 1)
+			continue
+		}
+		if err := e.setRef(ti, bi, 1); err != nil {
+			return err
+		}
+	}
+	for ti, b := range blocks {
+		if _, err := e.f.WriteAt(b, int64(rt[ti])); err != nil {
+			return err
+		}
+	}
+	raw := make([]byte, tc*cs)
+	for i, v := range rt {
+		binary.BigEndian.PutUint64(raw[i*8:], v)
+	}
+	if _, err := e.f.WriteAt(raw, at); err != nil {
+		return err
+	}
+	if err := e.f.Sync(); err != nil {
+		return err
+	}
+	var hdr [12]byte
+	binary.BigEndian.PutUint64(hdr[0:], uint64(at))
+	binary.BigEndian.PutUint32(hdr[8:], uint32(tc))
+	if _, err := e.f.WriteAt(hdr[:], 48); err != nil {
+		return err
+	}
+	if err := e.f.Sync(); err != nil {
+		return err
+	}
+	oldOff, oldClusters := e.rtOff, int64(len(e.rt))*8/cs
+	e.rt, e.rtOff = rt, at
+	for ti, b := range blocks {
+		e.rb[ti] = b
+	}
+	e.im.meta = append(e.im.meta, span{at, end, "refcount table and blocks"})
+	e.grow(end)
+	// Nothing references the old table any more.
+	for h := oldOff; h < oldOff+oldClusters*cs; h += cs {
+		if err := e.setRef(h/cs/per, h/cs%per, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *Editor) grow(end int64) {
