@@ -161,6 +161,9 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 // serve waits for the mount to go away (close, umount) or for a signal,
 // which unmounts it, then flushes the view.
 func serve(ctx context.Context, g *globalOptions, server *fuse.Server, v image.View, mnt string) error {
+	// Unmounting and flushing may take longer than the second a copying
+	// command gets after a signal: let it finish.
+	g.graceful.Store(true)
 	done := make(chan struct{})
 	go func() {
 		server.Wait()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,10 @@ type globalOptions struct {
 	jobs     int
 
 	cleanup *cleanupList
+	// graceful, once set by a command (open in the foreground), makes a
+	// signal wait for the command to unwind instead of forcing an exit
+	// after a second; a second signal still forces it.
+	graceful atomic.Bool
 }
 
 func (g *globalOptions) stderrIsTerminal() bool {
@@ -161,9 +166,13 @@ func signalContext(g *globalOptions) (context.Context, func()) {
 			return
 		}
 		cancel()
-		select {
-		case <-ch:
-		case <-time.After(900 * time.Millisecond):
+		if g.graceful.Load() {
+			<-ch
+		} else {
+			select {
+			case <-ch:
+			case <-time.After(900 * time.Millisecond):
+			}
 		}
 		g.cleanup.run()
 		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
