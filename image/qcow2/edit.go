@@ -159,7 +159,8 @@ func (e *Editor) table(i int64) ([]byte, error) {
 // (GuestOffset may lie before it, at the start of its cluster or
 // subcluster) and runs over following clusters of the same kind (and, for
 // Data, contiguous on the host and equally InPlace). Compressed extents are
-// one cluster. Entries are validated as [Image.Extents] does.
+// one cluster. Entries are validated as [Image.Extents] does. The work is
+// proportional to the clusters in maxLen that have an L2 table.
 func (e *Editor) Lookup(guestOff, maxLen int64) (Mapping, error) {
 	if guestOff < 0 || guestOff >= e.im.Size {
 		return Mapping{}, fmt.Errorf("qcow2: guest offset %#x outside the virtual size %#x", guestOff, e.im.Size)
@@ -169,12 +170,13 @@ func (e *Editor) Lookup(guestOff, maxLen int64) (Mapping, error) {
 	cs := e.cs
 	end := min(e.im.Size, guestOff+max(maxLen, 1))
 	var run Mapping
-	for g := guestOff - guestOff%cs; g < end; g += cs {
+	for g := guestOff - guestOff%cs; g < end; {
 		var l extentList
-		copied, err := e.cluster(&l, g)
+		copied, next, err := e.cluster(&l, g)
 		if err != nil {
 			return Mapping{}, err
 		}
+		g = next
 		if run.Length == 0 {
 			k := find(l.out, guestOff)
 			run = Mapping{Extent: l.out[k], InPlace: l.out[k].Kind == Data && copied}
@@ -196,24 +198,27 @@ func (e *Editor) Lookup(guestOff, maxLen int64) (Mapping, error) {
 	return run, nil
 }
 
-// cluster appends the extents of the guest cluster at g to l and reports
-// whether its L2 entry has the COPIED flag.
-func (e *Editor) cluster(l *extentList, g int64) (bool, error) {
+// cluster appends the extents of the guest cluster at g to l (or, without
+// an L2 table, of the rest of the table's range), and reports whether its
+// L2 entry has the COPIED flag and where the next cluster to look at is.
+func (e *Editor) cluster(l *extentList, g int64) (bool, int64, error) {
 	c := g / e.cs
-	t, err := e.table(c / e.im.l2Entries)
+	i := c / e.im.l2Entries
+	t, err := e.table(i)
 	if err != nil {
-		return false, err
+		return false, 0, err
+	}
+	if t == nil {
+		next := min(e.im.Size, (i+1)*e.im.l2Entries*e.cs)
+		l.add(Extent{Kind: Unallocated, GuestOffset: g, Length: next - g})
+		return false, next, nil
 	}
 	n := min(e.cs, e.im.Size-g)
-	if t == nil {
-		l.add(Extent{Kind: Unallocated, GuestOffset: g, Length: n})
-		return false, nil
-	}
 	ent := t[c%e.im.l2Entries*e.im.l2Bytes:]
 	if err := e.im.addCluster(l, ent, g, n); err != nil {
-		return false, fmt.Errorf("%w (guest offset %#x)", err, g)
+		return false, 0, fmt.Errorf("%w (guest offset %#x)", err, g)
 	}
-	return binary.BigEndian.Uint64(ent)&flagCopied != 0, nil
+	return binary.BigEndian.Uint64(ent)&flagCopied != 0, g + n, nil
 }
 
 // find returns the index of the extent of out that contains g.
@@ -405,6 +410,8 @@ func (e *Editor) clearAutoclear() error {
 // its refcount to 1, allocating the refcount block that covers it (placed
 // at the end of the file, where it covers itself) when there is none.
 func (e *Editor) allocCluster() (int64, error) {
+	const maxSkip = 4096
+	skipped := 0
 	for {
 		h := e.end
 		ti, bi := h/e.cs/e.rbEntries, h/e.cs%e.rbEntries
@@ -436,7 +443,11 @@ func (e *Editor) allocCluster() (int64, error) {
 			return 0, err
 		}
 		if getRefcount(blk, bi, e.im.RefcountBits) != 0 {
-			// In use past the end of the file: skip it.
+			// Counted past the end of the file (left by a crash): skip it,
+			// but not without bound on a hostile image.
+			if skipped++; skipped > maxSkip {
+				return 0, corruptf("refcounts claim %d clusters past the end of the file at %#x", skipped, h)
+			}
 			e.grow(h + e.cs)
 			continue
 		}

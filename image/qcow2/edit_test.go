@@ -161,3 +161,74 @@ func TestEditorRefusesDirty(t *testing.T) {
 		t.Fatalf("Allocate in a dirty image: %v", err)
 	}
 }
+
+// syncMem is writer_test.go's memFile with a Sync, an in-memory File.
+type syncMem struct{ *memFile }
+
+func (syncMem) Sync() error { return nil }
+
+// FuzzEditor runs Lookup over the whole image, then Allocate on a few
+// clusters and Flush, on arbitrary bytes (seeded like FuzzOpen): errors
+// must be classified or ErrInPlace, and nothing may panic; what Lookup
+// says after the edits must agree with a fresh Editor's view.
+func FuzzEditor(f *testing.F) {
+	f.Add(hostileBase(f, 512, true))
+	f.Add(hostileBase(f, 512, false))
+	gz, _ := filepath.Glob("testdata/*.qcow2.gz")
+	for _, p := range gz {
+		f.Add(gunzipFile(f, p))
+	}
+	f.Fuzz(fuzzEdit)
+}
+
+func fuzzEdit(t *testing.T, data []byte) {
+	{
+		if len(data) > 4<<20 {
+			return
+		}
+		m := syncMem{&memFile{b: bytes.Clone(data)}}
+		e, err := OpenEdit(m, int64(len(data)))
+		if err != nil {
+			if !isClassified(err) {
+				t.Fatalf("OpenEdit: unclassified error %v", err)
+			}
+			return
+		}
+		size := e.Image().Size
+		step := max(e.cs, size/64)
+		for g := int64(0); g < size; g += step {
+			if _, err := e.Lookup(g, min(step, 64*e.cs)); err != nil && !isClassified(err) {
+				t.Fatalf("Lookup: unclassified error %v", err)
+			}
+		}
+		for k, g := 0, int64(0); k < 4 && g < size; k, g = k+1, g+step {
+			if _, err := e.Lookup(g, 1); err != nil {
+				continue
+			}
+			_, err := e.Allocate(g, func(h int64) error {
+				_, err := m.WriteAt(bytes.Repeat([]byte{byte(k + 1)}, int(e.cs)), h)
+				return err
+			})
+			if err != nil && !isClassified(err) && !errors.Is(err, ErrInPlace) {
+				t.Fatalf("Allocate: unclassified error %v", err)
+			}
+		}
+		if err := e.Flush(); err != nil {
+			if !isClassified(err) {
+				t.Fatalf("Flush: unclassified error %v", err)
+			}
+			return
+		}
+		e2, err := OpenEdit(m, int64(len(m.b)))
+		if err != nil {
+			t.Fatalf("reopening after edits: %v", err)
+		}
+		for g := int64(0); g < size; g += step {
+			a, errA := e.Lookup(g, 1)
+			b, errB := e2.Lookup(g, 1)
+			if (errA == nil) != (errB == nil) || a != b {
+				t.Fatalf("guest %#x: editor %+v (%v), reopened %+v (%v)", g, a, errA, b, errB)
+			}
+		}
+	}
+}
