@@ -211,7 +211,7 @@ func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
 			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
 			err = v.writeData(p[pos-off:stepEnd-off], m, pos, *bp)
 		} else {
-			stepEnd, err = v.allocate(p[pos-off:], pos, m, *bp)
+			stepEnd, err = v.allocate(p[pos-off:], pos, *bp)
 		}
 		if err != nil {
 			return int(pos - off), err
@@ -253,13 +253,13 @@ func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte)
 	})
 }
 
-// allocate writes the start of src at guest offset pos, which m maps to
-// something not stored in place: the clusters from pos's on that m covers
-// (at most a buffer's worth) get fresh host clusters, written encrypted
-// with their old content (zeros, the inflated data or the shared
+// allocate writes the start of src at guest offset pos, which maps to
+// something not stored in place: the clusters from pos's on that share its
+// mapping (at most a buffer's worth) get fresh host clusters, written
+// encrypted with their old content (zeros, the inflated data or the shared
 // cluster's data) and the new bytes over it before the editor maps them.
 // It returns where the write has got to.
-func (v *qcowView) allocate(src []byte, pos int64, m qcow2.Mapping, buf []byte) (int64, error) {
+func (v *qcowView) allocate(src []byte, pos int64, buf []byte) (int64, error) {
 	v.alloc.Lock()
 	defer v.alloc.Unlock()
 	cs := v.cs
