@@ -93,8 +93,13 @@ func encryptQcow2(ctx context.Context, dst *os.File, src *Plain, area []byte, t 
 	if _, err := dst.WriteAt(area, w.CryptOffset()); err != nil {
 		return fmt.Errorf("failed to write header: %w", err)
 	}
-	runs, err := nonZeroClusters(ctx, src.guest, src.ranges, w.ClusterSize(), src.Size)
-	if err != nil {
+	// A qcow2 input's map already says which clusters are unallocated or
+	// zero; a raw input's all-zero clusters are found by reading them, and
+	// left unallocated as qemu-img convert does.
+	var runs []Range
+	if src.Format == Qcow2 {
+		runs = clusterRuns(src.ranges, w.ClusterSize(), src.Size)
+	} else if runs, err = nonZeroClusters(ctx, src.guest, src.ranges, w.ClusterSize(), src.Size); err != nil {
 		return err
 	}
 	var ext []sectors.Extent
@@ -113,6 +118,22 @@ func encryptQcow2(ctx context.Context, dst *os.File, src *Plain, area []byte, t 
 		return err
 	}
 	return w.Close()
+}
+
+// clusterRuns widens ranges to whole clusters (cut at the virtual size)
+// and merges them.
+func clusterRuns(ranges []Range, cs, size int64) []Range {
+	var runs []Range
+	for _, r := range ranges {
+		start := r.Offset - r.Offset%cs
+		end := min((r.Offset+r.Length+cs-1)/cs*cs, size)
+		if n := len(runs); n > 0 && runs[n-1].Offset+runs[n-1].Length >= start {
+			runs[n-1].Length = max(runs[n-1].Length, end-runs[n-1].Offset)
+			continue
+		}
+		runs = append(runs, Range{start, end - start})
+	}
+	return runs
 }
 
 // nonZeroClusters returns the cluster-aligned runs (cut at the virtual
