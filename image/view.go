@@ -123,39 +123,42 @@ func (v *rawView) Size() int64 { return v.size }
 
 // lock takes the stripes covering [off, end) and returns their release.
 func (v *rawView) lock(off, end int64, write bool) func() {
+	return lockStripeSet(&v.locks, off, end, write)
+}
+
+// lockStripeSet takes the stripes of locks covering [off, end), in index
+// order, and returns their release.
+func lockStripeSet(locks *[lockStripes]sync.RWMutex, off, end int64, write bool) func() {
 	first, last := off/lockBlock, (end-1)/lockBlock
-	n := last - first + 1
-	var idx []int
-	if n >= lockStripes {
-		idx = make([]int, lockStripes)
-		for i := range idx {
-			idx[i] = i
+	var mark [lockStripes]bool
+	if last-first+1 >= lockStripes {
+		for i := range mark {
+			mark[i] = true
 		}
 	} else {
-		var mark [lockStripes]bool
 		for b := first; b <= last; b++ {
 			mark[b%lockStripes] = true
 		}
-		idx = make([]int, 0, n)
-		for i, m := range mark {
-			if m {
-				idx = append(idx, i)
-			}
-		}
 	}
-	for _, i := range idx {
+	for i, m := range mark {
+		if !m {
+			continue
+		}
 		if write {
-			v.locks[i].Lock()
+			locks[i].Lock()
 		} else {
-			v.locks[i].RLock()
+			locks[i].RLock()
 		}
 	}
 	return func() {
-		for _, i := range idx {
+		for i, m := range mark {
+			if !m {
+				continue
+			}
 			if write {
-				v.locks[i].Unlock()
+				locks[i].Unlock()
 			} else {
-				v.locks[i].RUnlock()
+				locks[i].RUnlock()
 			}
 		}
 	}

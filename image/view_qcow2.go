@@ -56,44 +56,6 @@ func (v *qcowView) lock(off, end int64, write bool) func() {
 	return lockStripeSet(&v.locks, off, end, write)
 }
 
-// lockStripeSet takes the stripes of locks covering [off, end), in index
-// order, and returns their release.
-func lockStripeSet(locks *[lockStripes]sync.RWMutex, off, end int64, write bool) func() {
-	first, last := off/lockBlock, (end-1)/lockBlock
-	var mark [lockStripes]bool
-	if last-first+1 >= lockStripes {
-		for i := range mark {
-			mark[i] = true
-		}
-	} else {
-		for b := first; b <= last; b++ {
-			mark[b%lockStripes] = true
-		}
-	}
-	for i, m := range mark {
-		if !m {
-			continue
-		}
-		if write {
-			locks[i].Lock()
-		} else {
-			locks[i].RLock()
-		}
-	}
-	return func() {
-		for i, m := range mark {
-			if !m {
-				continue
-			}
-			if write {
-				locks[i].Unlock()
-			} else {
-				locks[i].RUnlock()
-			}
-		}
-	}
-}
-
 func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("image: negative offset %d", off)
