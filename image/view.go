@@ -239,25 +239,43 @@ var splitCrypt = true
 // split runs fn over [0, n) in sector-aligned parts, one per CPU, when n
 // is large enough to be worth it; each part does its own I/O and cipher
 // work, so copies into and out of the page cache run in parallel too.
+//
+// Each part is handed to fn in steps of at most cacheStep bytes, so that
+// what one step reads, transforms and writes stays in the CPU's L2 cache:
+// a 1 MiB request in one step ran the cipher at a third of its speed.
 func split(n int, fn func(lo, hi int) error) error {
 	parts := min(runtime.GOMAXPROCS(0), n/(parallelMin/2))
 	if !splitCrypt || n < parallelMin || parts < 2 {
-		return fn(0, n)
+		return steps(0, n, fn)
 	}
 	per := (n/SectorSize + parts - 1) / parts * SectorSize
 	errs := make(chan error, parts)
 	var wg sync.WaitGroup
 	for lo := per; lo < n; lo += per {
 		hi := min(lo+per, n)
-		wg.Go(func() { errs <- fn(lo, hi) })
+		wg.Go(func() { errs <- steps(lo, hi, fn) })
 	}
-	err := fn(0, per)
+	err := steps(0, per, fn)
 	wg.Wait()
 	close(errs)
 	for e := range errs {
 		err = cmp.Or(err, e)
 	}
 	return err
+}
+
+// cacheStep is the largest range split hands to fn at once.
+const cacheStep = 128 << 10
+
+// steps calls fn over [lo, hi) in consecutive ranges of at most cacheStep
+// bytes, stopping at the first error.
+func steps(lo, hi int, fn func(lo, hi int) error) error {
+	for a := lo; a < hi; a += cacheStep {
+		if err := fn(a, min(a+cacheStep, hi)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (v *rawView) cryptRun(dst, src []byte, off int64, encrypt bool) {
