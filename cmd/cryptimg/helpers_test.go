@@ -45,9 +45,9 @@ func requireTool(t *testing.T, name string) string {
 	p, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is required in CI but not installed (apt-get install cryptsetup-bin qemu-utils)", name)
+			t.Fatalf("%s is required in CI but not installed (scripts/test.sh installs the Debian packages)", name)
 		}
-		t.Skipf("skipping: %s not installed (apt-get install cryptsetup-bin qemu-utils)", name)
+		t.Skipf("skipping: %s not installed (scripts/test.sh installs the Debian packages when run as root)", name)
 	}
 	return p
 }
