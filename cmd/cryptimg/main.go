@@ -102,6 +102,7 @@ type the passphrase at the terminal prompt.
 		newReencryptCommand(g),
 		newDumpCommand(g),
 		newVersionCommand(g),
+		newBenchmarkCommand(g),
 		newAddKeyCommand(g),
 		newRemoveKeyCommand(g),
 		newChangeKeyCommand(g),
