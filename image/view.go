@@ -286,19 +286,24 @@ func (v *rawView) cryptRun(dst, src []byte, off int64, encrypt bool) {
 	}
 }
 
+// checkWrite validates a write of n bytes at off into a view of size
+// bytes: views never grow.
+func checkWrite(readOnly bool, off, n, size int64) error {
+	switch {
+	case readOnly:
+		return ErrReadOnly
+	case off < 0:
+		return fmt.Errorf("image: negative offset %d", off)
+	case off > size || n > size-off:
+		return fmt.Errorf("%w: %d bytes at offset %d, size %d", ErrBeyondEnd, n, off, size)
+	}
+	return nil
+}
+
 func (v *rawView) WriteAt(p []byte, off int64) (int, error) {
-	if v.readOnly {
-		return 0, ErrReadOnly
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("image: negative offset %d", off)
-	}
 	n := int64(len(p))
-	if off > v.size || n > v.size-off {
-		return 0, fmt.Errorf("%w: %d bytes at offset %d, size %d", ErrBeyondEnd, n, off, v.size)
-	}
-	if n == 0 {
-		return 0, nil
+	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
+		return 0, err
 	}
 	unlock := v.lock(off, off+n, true)
 	defer unlock()

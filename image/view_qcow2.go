@@ -142,18 +142,9 @@ func (v *qcowView) readHost(b []byte, h int64) error {
 }
 
 func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
-	if v.readOnly {
-		return 0, ErrReadOnly
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("image: negative offset %d", off)
-	}
 	n := int64(len(p))
-	if off > v.size || n > v.size-off {
-		return 0, fmt.Errorf("%w: %d bytes at offset %d, size %d", ErrBeyondEnd, n, off, v.size)
-	}
-	if n == 0 {
-		return 0, nil
+	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
+		return 0, err
 	}
 	unlock := v.lock(off, off+n, true)
 	defer unlock()
