@@ -48,35 +48,35 @@ PARTITIONS
 
 // withPartitionEncrypt adds --partition to the encrypt command.
 func withPartitionEncrypt(cmd *cobra.Command, g *globalOptions, o *encryptOptions) *cobra.Command {
-	var p partitionFlags
-	p.addFlags(cmd)
-	cmd.Long += partitionHelp
-	cmd.Example += "\n  cryptimg encrypt -d key.bin --partition 2 disk.img disk-encrypted-root.img"
-	next := cmd.RunE
-	cmd.RunE = func(c *cobra.Command, args []string) error {
-		if !c.Flags().Changed("partition") {
-			if c.Flags().Changed("partition-type") || c.Flags().Changed("partition-name") {
-				return usagef("--partition-type and --partition-name need --partition")
-			}
-			return next(c, args)
-		}
-		if o.inPlace || o.resume || (o.outputFormat != "" && o.outputFormat != string(image.Raw)) {
-			return usagef("--partition writes a raw disk image: it excludes --in-place, --resume and --output-format qcow2")
-		}
-		if len(args) != 2 {
-			return usagef("encrypt --partition takes INPUT and OUTPUT")
-		}
-		return runEncryptPartition(c, g, *o, p, args[0], args[1])
-	}
-	return cmd
+	return withPartition(cmd, "encrypt", "disk.img disk-encrypted-root.img",
+		func() bool {
+			return o.inPlace || o.resume || o.outputFormat != "" && o.outputFormat != string(image.Raw)
+		},
+		func(c *cobra.Command, p partitionFlags, in, out string) error {
+			return runEncryptPartition(c, g, *o, p, in, out)
+		})
 }
 
 // withPartitionDecrypt adds --partition to the decrypt command.
 func withPartitionDecrypt(cmd *cobra.Command, g *globalOptions, o *decryptOptions) *cobra.Command {
+	return withPartition(cmd, "decrypt", "disk-encrypted-root.img disk.img",
+		func() bool {
+			return o.inPlace || o.resume || o.outputFormat != "" && o.outputFormat != string(image.Raw)
+		},
+		func(c *cobra.Command, p partitionFlags, in, out string) error {
+			return runDecryptPartition(c, g, *o, p, in, out)
+		})
+}
+
+// withPartition adds the --partition flags to an encrypt or decrypt
+// command and sends the command to run when --partition is given;
+// conflicts reports flags that cannot go with it.
+func withPartition(cmd *cobra.Command, op, exampleArgs string, conflicts func() bool,
+	run func(c *cobra.Command, p partitionFlags, in, out string) error) *cobra.Command {
 	var p partitionFlags
 	p.addFlags(cmd)
 	cmd.Long += partitionHelp
-	cmd.Example += "\n  cryptimg decrypt -d key.bin --partition 2 disk-encrypted-root.img disk.img"
+	cmd.Example += "\n  cryptimg " + op + " -d key.bin --partition 2 " + exampleArgs
 	next := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if !c.Flags().Changed("partition") {
@@ -85,13 +85,13 @@ func withPartitionDecrypt(cmd *cobra.Command, g *globalOptions, o *decryptOption
 			}
 			return next(c, args)
 		}
-		if o.inPlace || o.resume || (o.outputFormat != "" && o.outputFormat != string(image.Raw)) {
+		if conflicts() {
 			return usagef("--partition writes a raw disk image: it excludes --in-place, --resume and --output-format qcow2")
 		}
 		if len(args) != 2 {
-			return usagef("decrypt --partition takes INPUT and OUTPUT")
+			return usagef("%s --partition takes INPUT and OUTPUT", op)
 		}
-		return runDecryptPartition(c, g, *o, p, args[0], args[1])
+		return run(c, p, args[0], args[1])
 	}
 	return cmd
 }
