@@ -27,7 +27,8 @@ type Plain struct {
 
 	f      *os.File
 	guest  io.ReaderAt // the guest view: f itself for raw input
-	ranges []Range     // where the guest view may hold non-zero data
+	ranges []Range     // where the guest view may hold non-zero data; see dataMap
+	mapped bool        // ranges is known
 }
 
 // Range is a byte range [Offset, Offset+Length).
@@ -56,7 +57,7 @@ func OpenPlain(f *os.File) (*Plain, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := &Plain{Format: Qcow2, Size: im.Size, Qcow2: im, f: f}
+		p := &Plain{Format: Qcow2, Size: im.Size, Qcow2: im, f: f, mapped: true}
 		g := &qcowGuest{f: f, im: im, ext: ext}
 		p.guest = g
 		for _, e := range ext {
@@ -70,16 +71,32 @@ func OpenPlain(f *os.File) (*Plain, error) {
 	if size%SectorSize != 0 {
 		return nil, fmt.Errorf("%s: %w (%d bytes)", f.Name(), ErrSize, size)
 	}
-	p := &Plain{Format: Raw, Size: size, f: f, guest: f}
-	p.ranges = dataRanges(f, size)
-	return p, nil
+	return &Plain{Format: Raw, Size: size, f: f, guest: f}, nil
+}
+
+// dataMap returns the ranges of the guest view that may hold non-zero data.
+// For raw input it asks the file system on first use: on a dense file on
+// tmpfs SEEK_HOLE walks the whole page cache (about 16 ms per GiB), which
+// the raw LUKS path, whose pipeline finds holes itself, need not pay twice.
+func (p *Plain) dataMap() []Range {
+	if !p.mapped {
+		p.ranges, p.mapped = dataRanges(p.f, p.Size), true
+	}
+	return p.ranges
 }
 
 // dataRanges lists the parts of f that are not holes, by SEEK_DATA and
 // SEEK_HOLE; where the file system cannot tell, all of it.
 func dataRanges(f *os.File, size int64) []Range {
 	var rs []Range
-	fd := int(f.Fd())
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return []Range{{0, size}}
+	}
+	fd := -1
+	if rc.Control(func(p uintptr) { fd = int(p) }) != nil || fd < 0 {
+		return []Range{{0, size}}
+	}
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if err != nil {

@@ -98,8 +98,8 @@ func encryptQcow2(ctx context.Context, dst *os.File, src *Plain, area []byte, t 
 	// left unallocated as qemu-img convert does.
 	var runs []Range
 	if src.Format == Qcow2 {
-		runs = clusterRuns(src.ranges, w.ClusterSize(), src.Size)
-	} else if runs, err = nonZeroClusters(ctx, src.guest, src.ranges, w.ClusterSize(), src.Size); err != nil {
+		runs = clusterRuns(src.dataMap(), w.ClusterSize(), src.Size)
+	} else if runs, err = nonZeroClusters(ctx, src.guest, src.dataMap(), w.ClusterSize(), src.Size); err != nil {
 		return err
 	}
 	var ext []sectors.Extent

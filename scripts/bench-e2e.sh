@@ -52,6 +52,14 @@ col() { awk -v c="$2" '{print $c}' "$1.times" | median; }
 gib=$(awk -v m="$size_mib" 'BEGIN{print m/1024}')
 per() { awk -v v="$1" -v g="$gib" 'BEGIN{printf "%.3f", v/g}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
+# paired A B: the wall-time ratio A/B of each round (the two jobs ran minutes
+# apart at most, so drift in the machine's speed cancels), as
+# "median (min–max)". The machine is shared; this is the robust figure.
+paired() {
+  paste -d' ' <(awk '{print $1}' "$1.times") <(awk '{print $1}' "$2.times") |
+    awk '{printf "%.4f\n", $1/$2}' | sort -n |
+    awk '{a[NR]=$1} END {m=(NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); printf "%.2f (%.2f–%.2f)", m, a[1], a[NR]}'
+}
 
 dd_wall=$(col dd 1)
 echo "# end-to-end, ${size_mib} MiB random raw image on tmpfs, median of $rounds rounds, $(nproc) CPUs"
@@ -63,9 +71,13 @@ for n in dd encrypt decrypt qemu-encrypt qemu-decrypt purego-j1 purego-j2; do
   echo "| $n | $w | $(per "$w") | $(per "$u") | $(per "$s") | $(ratio "$w" "$dd_wall") | $((m / 1024)) |"
 done
 echo
-echo "- qemu-img encrypt ÷ cryptimg encrypt: $(ratio "$(col qemu-encrypt 1)" "$(col encrypt 1)")×"
-echo "- qemu-img decrypt ÷ cryptimg decrypt: $(ratio "$(col qemu-decrypt 1)" "$(col decrypt 1)")×"
-echo "- purego --jobs 1 ÷ --jobs 2: $(ratio "$(col purego-j1 1)" "$(col purego-j2 1)")×"
+echo "Ratios of medians, then in brackets the median (min–max) of the per-round ratios:"
+echo
+echo "- cryptimg encrypt ÷ dd: $(ratio "$(col encrypt 1)" "$dd_wall") [$(paired encrypt dd)]"
+echo "- cryptimg decrypt ÷ dd: $(ratio "$(col decrypt 1)" "$dd_wall") [$(paired decrypt dd)]"
+echo "- qemu-img encrypt ÷ cryptimg encrypt: $(ratio "$(col qemu-encrypt 1)" "$(col encrypt 1)")× [$(paired qemu-encrypt encrypt)]"
+echo "- qemu-img decrypt ÷ cryptimg decrypt: $(ratio "$(col qemu-decrypt 1)" "$(col decrypt 1)")× [$(paired qemu-decrypt decrypt)]"
+echo "- purego --jobs 1 ÷ --jobs 2: $(ratio "$(col purego-j1 1)" "$(col purego-j2 1)")× [$(paired purego-j1 purego-j2)]"
 
 # Peak RSS on a 4 GiB (sparse) image at the default --jobs.
 truncate -s 4G big.raw
