@@ -107,16 +107,42 @@ type rawView struct {
 	readOnly bool
 	closed   atomic.Bool
 	locks    [lockStripes]sync.RWMutex
-	bufs     sync.Pool
+	bufs     bouncePool
 }
 
 func newRawView(f *os.File, c *essiv.Cipher, base, size int64, readOnly bool) *rawView {
 	v := &rawView{f: f, c: c, base: base, size: size, readOnly: readOnly}
-	v.bufs.New = func() any {
-		b := make([]byte, viewChunk+2*SectorSize)
-		return &b
-	}
+	v.bufs.size = viewChunk + 2*SectorSize
 	return v
+}
+
+// bounce is a view's step buffer. Plaintext passes through it on unaligned
+// reads, and on writes until they are encrypted; put clears a buffer that
+// may still hold some, so that none is left in pooled memory.
+type bounce struct {
+	b     []byte
+	plain bool // may hold plaintext
+}
+
+// bouncePool pools the bounce buffers of one view.
+type bouncePool struct {
+	size int
+	pool sync.Pool
+}
+
+func (p *bouncePool) get() *bounce {
+	if bb, ok := p.pool.Get().(*bounce); ok {
+		return bb
+	}
+	return &bounce{b: make([]byte, p.size)}
+}
+
+func (p *bouncePool) put(bb *bounce) {
+	if bb.plain {
+		clear(bb.b)
+		bb.plain = false
+	}
+	p.pool.Put(bb)
 }
 
 func (v *rawView) Size() int64 { return v.size }
@@ -186,8 +212,8 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 	if v.closed.Load() {
 		return 0, ErrClosed
 	}
-	bp := v.bufs.Get().(*[]byte)
-	defer v.bufs.Put(bp)
+	bb := v.bufs.get()
+	defer v.bufs.put(bb)
 	end := off + n
 	for pos := off; pos < end; {
 		// One step: the sectors from pos's sector up to viewChunk bytes.
@@ -195,10 +221,12 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
 		stepEnd := min(e, end)
 		aligned := s == pos && e == stepEnd
-		buf := (*bp)[:e-s]
+		buf := bb.b[:e-s]
 		if aligned {
 			// Decrypt in the caller's buffer: no copy.
 			buf = p[pos-off : stepEnd-off]
+		} else {
+			bb.plain = true
 		}
 		err := split(len(buf), func(lo, hi int) error { return v.readSectors(buf[lo:hi], s+int64(lo)) })
 		if err != nil {
@@ -300,7 +328,7 @@ func checkWrite(readOnly bool, off, n, size int64) error {
 	return nil
 }
 
-func (v *rawView) WriteAt(p []byte, off int64) (int, error) {
+func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 	n := int64(len(p))
 	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
 		return 0, err
@@ -310,14 +338,19 @@ func (v *rawView) WriteAt(p []byte, off int64) (int, error) {
 	if v.closed.Load() {
 		return 0, ErrClosed
 	}
-	bp := v.bufs.Get().(*[]byte)
-	defer v.bufs.Put(bp)
+	bb := v.bufs.get()
+	defer func() {
+		// A step that failed may have left merged plaintext; one that
+		// succeeded left only ciphertext.
+		bb.plain = bb.plain || err != nil
+		v.bufs.put(bb)
+	}()
 	end := off + n
 	for pos := off; pos < end; {
 		s := pos &^ (SectorSize - 1)
 		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
 		stepEnd := min(e, end)
-		buf := (*bp)[:e-s]
+		buf := bb.b[:e-s]
 		// Partial first or last sector: read-modify-write. The stripe
 		// locks cover every sector of the request, so no other write can
 		// slip in between the read and the write.

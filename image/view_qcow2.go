@@ -30,7 +30,7 @@ type qcowView struct {
 	closed   atomic.Bool
 	locks    [lockStripes]sync.RWMutex
 	alloc    sync.Mutex // serialises allocations (and their re-checks)
-	bufs     sync.Pool
+	bufs     bouncePool
 }
 
 func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*qcowView, error) {
@@ -43,10 +43,7 @@ func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*q
 		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
 	}
 	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize, size: im.Size, readOnly: readOnly}
-	v.bufs.New = func() any {
-		b := make([]byte, max(viewChunk, im.ClusterSize)+2*SectorSize)
-		return &b
-	}
+	v.bufs.size = int(max(viewChunk, im.ClusterSize) + 2*SectorSize)
 	return v, nil
 }
 
@@ -75,8 +72,8 @@ func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
 	if v.closed.Load() {
 		return 0, ErrClosed
 	}
-	bp := v.bufs.Get().(*[]byte)
-	defer v.bufs.Put(bp)
+	bb := v.bufs.get()
+	defer v.bufs.put(bb)
 	end := off + n
 	for pos := off; pos < end; {
 		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
@@ -87,9 +84,10 @@ func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
 		dst := p[pos-off : stepEnd-off]
 		switch m.Kind {
 		case qcow2.Data:
-			err = v.readData(dst, m, pos, *bp)
+			err = v.readData(dst, m, pos, bb)
 		case qcow2.Compressed:
-			buf := (*bp)[:v.cs]
+			bb.plain = true
+			buf := bb.b[:v.cs]
 			if err = v.ed.ReadCompressed(m.Extent, buf); err == nil {
 				copy(dst, buf[pos-m.GuestOffset:])
 			}
@@ -108,16 +106,18 @@ func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // readData reads the guest bytes [pos, pos+len(dst)) of the host-contiguous
-// Data mapping m into dst, through buf when they are not whole sectors.
-func (v *qcowView) readData(dst []byte, m qcow2.Mapping, pos int64, buf []byte) error {
+// Data mapping m into dst, through bb when they are not whole sectors.
+func (v *qcowView) readData(dst []byte, m qcow2.Mapping, pos int64, bb *bounce) error {
 	end := pos + int64(len(dst))
 	s := pos &^ (SectorSize - 1)
 	e := (end + SectorSize - 1) &^ (SectorSize - 1)
 	host := m.HostOffset + s - m.GuestOffset
-	b := buf[:e-s]
+	b := bb.b[:e-s]
 	aligned := s == pos && e == end
 	if aligned {
 		b = dst
+	} else {
+		bb.plain = true
 	}
 	err := split(len(b), func(lo, hi int) error { return v.readHost(b[lo:hi], host+int64(lo)) })
 	if err != nil {
@@ -141,7 +141,7 @@ func (v *qcowView) readHost(b []byte, h int64) error {
 	return nil
 }
 
-func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
+func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
 	n := int64(len(p))
 	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
 		return 0, err
@@ -151,8 +151,14 @@ func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
 	if v.closed.Load() {
 		return 0, ErrClosed
 	}
-	bp := v.bufs.Get().(*[]byte)
-	defer v.bufs.Put(bp)
+	bb := v.bufs.get()
+	defer func() {
+		// A step that failed may have left plaintext (merged partial
+		// sectors, or the clusters being allocated); one that succeeded
+		// left only ciphertext.
+		bb.plain = bb.plain || err != nil
+		v.bufs.put(bb)
+	}()
 	end := off + n
 	for pos := off; pos < end; {
 		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
@@ -162,9 +168,9 @@ func (v *qcowView) WriteAt(p []byte, off int64) (int, error) {
 		var stepEnd int64
 		if m.InPlace {
 			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
-			err = v.writeData(p[pos-off:stepEnd-off], m, pos, *bp)
+			err = v.writeData(p[pos-off:stepEnd-off], m, pos, bb.b)
 		} else {
-			stepEnd, err = v.allocate(p[pos-off:], pos, *bp)
+			stepEnd, err = v.allocate(p[pos-off:], pos, bb.b)
 		}
 		if err != nil {
 			return int(pos - off), err
