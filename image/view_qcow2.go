@@ -166,10 +166,17 @@ func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
 			return int(pos - off), err
 		}
 		var stepEnd int64
-		if m.InPlace {
+		switch {
+		case m.InPlace:
 			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
 			err = v.writeData(p[pos-off:stepEnd-off], m, pos, bb.b)
-		} else {
+		case (m.Kind == qcow2.Unallocated || m.Kind == qcow2.Zero) && isZero(p[pos-off:min(end, m.GuestOffset+m.Length)-off]):
+			// Zeros over clusters that already read as zeros: nothing
+			// to store, and the image stays sparse. A request that
+			// allocates one of these clusters meanwhile copies its
+			// zeros, which is what this write would have left.
+			stepEnd = min(end, m.GuestOffset+m.Length)
+		default:
 			stepEnd, err = v.allocate(p[pos-off:], pos, bb.b)
 		}
 		if err != nil {

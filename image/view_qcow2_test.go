@@ -372,3 +372,75 @@ func TestQcowViewExtendedL2(t *testing.T) {
 	}
 	qemuCheckClean(t, path)
 }
+
+// TestQcowViewZeroWritesStaySparse writes zeros through the view: over
+// clusters that already read as zeros (unallocated, zero flag with and
+// without a host cluster) they must allocate nothing, while over data and
+// compressed clusters, and when any byte is not zero, they must be stored.
+// qemu must read the result as the model says.
+func TestQcowViewZeroWritesStaySparse(t *testing.T) {
+	needQemuTools(t)
+	const cs = 64 << 10
+	path, model := qemuImage(t, 3, cs)
+	f, v := openQcowView(t, path, false)
+	size := func() int64 {
+		t.Helper()
+		if err := v.(interface{ Sync() error }).Sync(); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	write := func(b []byte, off int64) {
+		t.Helper()
+		if n, err := v.WriteAt(b, off); n != len(b) || err != nil {
+			t.Fatalf("WriteAt(%d bytes at %d) = %d, %v", len(b), off, n, err)
+		}
+		copy(model[off:], b)
+	}
+	size0 := size()
+	write(make([]byte, 3*cs), 2*cs)                             // unallocated 2-4
+	write(make([]byte, cs), 5*cs)                               // zero flag, host cluster
+	write(make([]byte, 1000), 8*cs+100)                         // zero flag, partial
+	write(make([]byte, int64(len(model))-14*cs-512), 14*cs+512) // unallocated tail
+	if got := size(); got != size0 {
+		t.Errorf("zero writes over zero clusters grew the image from %d to %d bytes", size0, got)
+	}
+	write(make([]byte, cs), 10*cs) // compressed
+	write(make([]byte, cs/2), 100) // data, in place
+	nz := make([]byte, 2*cs)       // zeros but for one byte, unallocated 6-7
+	nz[len(nz)-1] = 1
+	write(nz, 6*cs)
+	if got := size(); got <= size0 {
+		t.Errorf("a write with a non-zero byte allocated nothing (size %d)", got)
+	}
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if i := firstDifference(got, model); i >= 0 {
+		t.Fatalf("view byte %d = %#x, model %#x", i, got[i], model[i])
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	qemuCheckClean(t, path)
+	if i := firstDifference(qemuPlain(t, path), model); i >= 0 {
+		t.Fatalf("qemu's plaintext differs from the model at byte %d", i)
+	}
+}
+
+func firstDifference(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
