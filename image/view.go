@@ -100,20 +100,101 @@ const (
 // rawView is the View of a raw LUKS image: plaintext offset off lives at
 // file offset base+off and is sector off/512 for the IV.
 type rawView struct {
-	f        *os.File
-	c        *essiv.Cipher
-	base     int64
+	viewCore
+	f    *os.File
+	c    *essiv.Cipher
+	base int64
+}
+
+func newRawView(f *os.File, c *essiv.Cipher, base, size int64, readOnly bool) *rawView {
+	v := &rawView{f: f, c: c, base: base}
+	v.viewCore = viewCore{size: size, readOnly: readOnly, flush: f.Sync}
+	v.bufs.size = viewChunk + 2*SectorSize
+	return v
+}
+
+// viewCore is what both views share: the size, the mode, the stripe locks,
+// the bounce buffers, and how to flush.
+type viewCore struct {
 	size     int64
 	readOnly bool
+	flush    func() error // makes writes durable: fsync, or the qcow2 metadata
 	closed   atomic.Bool
 	locks    [lockStripes]sync.RWMutex
 	bufs     bouncePool
 }
 
-func newRawView(f *os.File, c *essiv.Cipher, base, size int64, readOnly bool) *rawView {
-	v := &rawView{f: f, c: c, base: base, size: size, readOnly: readOnly}
-	v.bufs.size = viewChunk + 2*SectorSize
-	return v
+func (v *viewCore) Size() int64 { return v.size }
+
+// lock takes the stripes covering [off, end) and returns their release.
+func (v *viewCore) lock(off, end int64, write bool) func() {
+	return lockStripeSet(&v.locks, off, end, write)
+}
+
+// startRead begins a read of len(p) bytes at off: it returns how many
+// bytes lie within the view, and, when that is not zero, a bounce buffer
+// and done, which releases it and the stripe locks. An offset at or past
+// the end gives io.EOF (unless p is empty).
+func (v *viewCore) startRead(p []byte, off int64) (n int64, bb *bounce, done func(), err error) {
+	switch {
+	case off < 0:
+		return 0, nil, nil, fmt.Errorf("image: negative offset %d", off)
+	case off >= v.size && len(p) > 0:
+		return 0, nil, nil, io.EOF
+	}
+	n = max(0, min(int64(len(p)), v.size-off))
+	if n == 0 {
+		return 0, nil, nil, nil
+	}
+	unlock := v.lock(off, off+n, false)
+	if v.closed.Load() {
+		unlock()
+		return 0, nil, nil, ErrClosed
+	}
+	bb = v.bufs.get()
+	return n, bb, func() { v.bufs.put(bb); unlock() }, nil
+}
+
+// startWrite begins a write of n > 0 checked bytes at off: it takes the
+// stripe locks and a bounce buffer, and returns done, which releases both.
+// A write that failed may have left plaintext in the buffer (merged partial
+// sectors, or clusters being allocated); one that succeeded left only
+// ciphertext. done clears the buffer in the first case.
+func (v *viewCore) startWrite(off, n int64) (bb *bounce, done func(failed bool), err error) {
+	unlock := v.lock(off, off+n, true)
+	if v.closed.Load() {
+		unlock()
+		return nil, nil, ErrClosed
+	}
+	bb = v.bufs.get()
+	return bb, func(failed bool) {
+		bb.plain = bb.plain || failed
+		v.bufs.put(bb)
+		unlock()
+	}, nil
+}
+
+func (v *viewCore) Sync() error {
+	if v.closed.Load() {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.flush()
+}
+
+// Close waits for requests in flight, then flushes a writable view.
+func (v *viewCore) Close() error {
+	unlock := v.lock(0, lockBlock*lockStripes, true)
+	defer unlock()
+	if v.closed.Swap(true) {
+		return ErrClosed
+	}
+	if v.readOnly {
+		return nil
+	}
+	return v.flush()
 }
 
 // bounce is a view's step buffer. Plaintext passes through it on unaligned
@@ -143,13 +224,6 @@ func (p *bouncePool) put(bb *bounce) {
 		bb.plain = false
 	}
 	p.pool.Put(bb)
-}
-
-func (v *rawView) Size() int64 { return v.size }
-
-// lock takes the stripes covering [off, end) and returns their release.
-func (v *rawView) lock(off, end int64, write bool) func() {
-	return lockStripeSet(&v.locks, off, end, write)
 }
 
 // lockStripeSet takes the stripes of locks covering [off, end), in index
@@ -191,29 +265,11 @@ func lockStripeSet(locks *[lockStripes]sync.RWMutex, off, end int64, write bool)
 }
 
 func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("image: negative offset %d", off)
-	}
-	if off >= v.size {
-		if len(p) == 0 {
-			return 0, nil
-		}
-		return 0, io.EOF
-	}
-	n := int64(len(p))
-	if n > v.size-off {
-		n = v.size - off
-	}
+	n, bb, done, err := v.startRead(p, off)
 	if n == 0 {
-		return 0, nil
+		return 0, err
 	}
-	unlock := v.lock(off, off+n, false)
-	defer unlock()
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	bb := v.bufs.get()
-	defer v.bufs.put(bb)
+	defer done()
 	end := off + n
 	for pos := off; pos < end; {
 		// One step: the sectors from pos's sector up to viewChunk bytes.
@@ -333,18 +389,11 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
 		return 0, err
 	}
-	unlock := v.lock(off, off+n, true)
-	defer unlock()
-	if v.closed.Load() {
-		return 0, ErrClosed
+	bb, done, err := v.startWrite(off, n)
+	if err != nil {
+		return 0, err
 	}
-	bb := v.bufs.get()
-	defer func() {
-		// A step that failed may have left merged plaintext; one that
-		// succeeded left only ciphertext.
-		bb.plain = bb.plain || err != nil
-		v.bufs.put(bb)
-	}()
+	defer func() { done(err != nil) }()
 	end := off + n
 	for pos := off; pos < end; {
 		s := pos &^ (SectorSize - 1)
@@ -381,27 +430,4 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 		pos = stepEnd
 	}
 	return int(n), nil
-}
-
-func (v *rawView) Sync() error {
-	if v.closed.Load() {
-		return ErrClosed
-	}
-	if v.readOnly {
-		return nil
-	}
-	return v.f.Sync()
-}
-
-// Close waits for requests in flight, then flushes a writable view.
-func (v *rawView) Close() error {
-	unlock := v.lock(0, lockBlock*lockStripes, true)
-	defer unlock()
-	if v.closed.Swap(true) {
-		return ErrClosed
-	}
-	if v.readOnly {
-		return nil
-	}
-	return v.f.Sync()
 }

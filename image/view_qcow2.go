@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cryptimg/cryptimg/essiv"
 	"github.com/cryptimg/cryptimg/image/qcow2"
@@ -21,16 +20,12 @@ import (
 // its old content (zeros, the inflated data or the shared cluster's data)
 // with the new bytes over it.
 type qcowView struct {
-	f        *os.File
-	c        *essiv.Cipher
-	ed       *qcow2.Editor
-	cs       int64
-	size     int64
-	readOnly bool
-	closed   atomic.Bool
-	locks    [lockStripes]sync.RWMutex
-	alloc    sync.Mutex // serialises allocations (and their re-checks)
-	bufs     bouncePool
+	viewCore
+	f     *os.File
+	c     *essiv.Cipher
+	ed    *qcow2.Editor
+	cs    int64
+	alloc sync.Mutex // serialises allocations (and their re-checks)
 }
 
 func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*qcowView, error) {
@@ -42,38 +37,20 @@ func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*q
 	if im.CryptMethod != qcow2.CryptLUKS {
 		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
 	}
-	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize, size: im.Size, readOnly: readOnly}
+	// Sync writes out the qcow2 metadata of allocations, in qemu's
+	// order, after the data.
+	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize}
+	v.viewCore = viewCore{size: im.Size, readOnly: readOnly, flush: ed.Flush}
 	v.bufs.size = int(max(viewChunk, im.ClusterSize) + 2*SectorSize)
 	return v, nil
 }
 
-func (v *qcowView) Size() int64 { return v.size }
-
-func (v *qcowView) lock(off, end int64, write bool) func() {
-	return lockStripeSet(&v.locks, off, end, write)
-}
-
 func (v *qcowView) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("image: negative offset %d", off)
-	}
-	if off >= v.size {
-		if len(p) == 0 {
-			return 0, nil
-		}
-		return 0, io.EOF
-	}
-	n := min(int64(len(p)), v.size-off)
+	n, bb, done, err := v.startRead(p, off)
 	if n == 0 {
-		return 0, nil
+		return 0, err
 	}
-	unlock := v.lock(off, off+n, false)
-	defer unlock()
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	bb := v.bufs.get()
-	defer v.bufs.put(bb)
+	defer done()
 	end := off + n
 	for pos := off; pos < end; {
 		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
@@ -146,19 +123,11 @@ func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
 	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
 		return 0, err
 	}
-	unlock := v.lock(off, off+n, true)
-	defer unlock()
-	if v.closed.Load() {
-		return 0, ErrClosed
+	bb, done, err := v.startWrite(off, n)
+	if err != nil {
+		return 0, err
 	}
-	bb := v.bufs.get()
-	defer func() {
-		// A step that failed may have left plaintext (merged partial
-		// sectors, or the clusters being allocated); one that succeeded
-		// left only ciphertext.
-		bb.plain = bb.plain || err != nil
-		v.bufs.put(bb)
-	}()
+	defer func() { done(err != nil) }()
 	end := off + n
 	for pos := off; pos < end; {
 		m, err := v.ed.Lookup(pos, min(end-pos, viewChunk))
@@ -281,29 +250,4 @@ func (v *qcowView) allocate(src []byte, pos int64, buf []byte) (int64, error) {
 		return pos, err
 	}
 	return stepEnd, nil
-}
-
-// Sync writes out the qcow2 metadata of allocations, in qemu's order,
-// after the data.
-func (v *qcowView) Sync() error {
-	if v.closed.Load() {
-		return ErrClosed
-	}
-	if v.readOnly {
-		return nil
-	}
-	return v.ed.Flush()
-}
-
-// Close waits for requests in flight, then flushes a writable view.
-func (v *qcowView) Close() error {
-	unlock := v.lock(0, lockBlock*lockStripes, true)
-	defer unlock()
-	if v.closed.Swap(true) {
-		return ErrClosed
-	}
-	if v.readOnly {
-		return nil
-	}
-	return v.ed.Flush()
 }
