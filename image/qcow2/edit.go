@@ -50,9 +50,11 @@ const (
 // clusters. Until Flush, the new mappings live in memory (Lookup sees
 // them); Allocate flushes on its own every GiB of new data.
 //
-// Writing needs version 2 or 3 with standard L2 entries and a clean image
-// (dirty bit clear); otherwise Allocate fails with [ErrUnsupported], while
-// Lookup still works. Internal snapshots and backing files are refused by
+// Writing needs a clean image (dirty bit clear); otherwise Allocate fails
+// with [ErrUnsupported], while Lookup still works. With extended L2 entries
+// a cluster is written in place only when all of its subclusters are
+// allocated; a write to any other gets a whole new cluster, all of its
+// subclusters allocated, like any cluster that is not in place. Internal snapshots and backing files are refused by
 // [Open]. An Editor is safe for concurrent use, but Allocate calls for the
 // same guest cluster must not overlap.
 type Editor struct {
@@ -218,7 +220,33 @@ func (e *Editor) cluster(l *extentList, g int64) (bool, int64, error) {
 	if err := e.im.addCluster(l, ent, g, n); err != nil {
 		return false, 0, fmt.Errorf("%w (guest offset %#x)", err, g)
 	}
-	return binary.BigEndian.Uint64(ent)&flagCopied != 0, g + n, nil
+	return e.inPlace(ent, c), g + n, nil
+}
+
+// inPlace reports whether guest cluster c, whose L2 entry is ent, may be
+// written in place: an uncompressed data cluster referenced once (COPIED)
+// and, with extended L2 entries, with every subcluster inside the virtual
+// size allocated. A cluster with some subclusters unallocated or zero is
+// not, so that its writes all take the allocation path, one at a time,
+// instead of racing in-place writes to its other subclusters.
+func (e *Editor) inPlace(ent []byte, c int64) bool {
+	v := binary.BigEndian.Uint64(ent)
+	if v&(flagCompressed|flagZero) != 0 || v&offsetMask == 0 || v&flagCopied == 0 {
+		return false
+	}
+	if !e.im.ExtendedL2 {
+		return true
+	}
+	want := e.allocBits(c)
+	return uint32(binary.BigEndian.Uint64(ent[8:]))&want == want
+}
+
+// allocBits is the subcluster allocation bitmap of guest cluster c with
+// every subcluster inside the virtual size allocated.
+func (e *Editor) allocBits(c int64) uint32 {
+	sc := e.cs / subclusters
+	k := min(subclusters, ceilDiv(e.im.Size-c*e.cs, sc))
+	return uint32(uint64(1)<<k - 1)
 }
 
 // find returns the index of the extent of out that contains g.
@@ -244,13 +272,14 @@ func (e *Editor) ReadCompressed(x Extent, dst []byte) error {
 // the whole cluster there (qcow2+LUKS: the encrypted plaintext, IV sector
 // = host offset/512, zeros included) before Allocate maps it: a mapped
 // cluster is never left unwritten. A cluster that was compressed, zero
-// with a host cluster, or shared is released at the next Flush; its old
-// content is the caller's to carry over. The L2 table is allocated when
-// the L1 entry is empty, and refcount blocks when their table entry is.
-// fill runs without the Editor's lock held. A full refcount table moves
-// to the end of the file, twice as large. An in-place cluster gives
-// ErrInPlace; extended L2 entries, a dirty image or a refcount table at
-// qemu's size limit give ErrUnsupported.
+// with a host cluster, shared, or (extended L2) only partly allocated is
+// released at the next Flush; its old content is the caller's to carry
+// over. With extended L2 entries the new cluster has every subcluster
+// allocated. The L2 table is allocated when the L1 entry is empty, and
+// refcount blocks when their table entry is. fill runs without the
+// Editor's lock held. A full refcount table moves to the end of the file,
+// twice as large. An in-place cluster gives ErrInPlace; a dirty image or a
+// refcount table at qemu's size limit give ErrUnsupported.
 func (e *Editor) Allocate(guestOff int64, fill func(hostOff int64) error) (int64, error) {
 	h, err := e.AllocateClusters(guestOff, 1, func(h []int64) error { return fill(h[0]) })
 	if err != nil {
@@ -268,7 +297,7 @@ func (e *Editor) AllocateClusters(guestOff int64, count int, fill func(hostOffs 
 	if guestOff < 0 || count < 1 || first+int64(count) > ceilDiv(e.im.Size, e.cs) {
 		return nil, fmt.Errorf("qcow2: %d clusters at guest offset %#x outside the virtual size %#x", count, guestOff, e.im.Size)
 	}
-	olds := make([]uint64, count)
+	olds := make([][2]uint64, count) // L2 entry and, with extended L2, its bitmap
 	hosts := make([]int64, count)
 	e.mu.Lock()
 	for k := range count {
@@ -299,12 +328,16 @@ func (e *Editor) AllocateClusters(guestOff int64, count int, fill func(hostOffs 
 		if err != nil {
 			return nil, err
 		}
-		if cur := binary.BigEndian.Uint64(t[j*8:]); cur != olds[k] {
+		ent := t[j*e.im.l2Bytes : (j+1)*e.im.l2Bytes]
+		if e.entry(ent) != olds[k] {
 			return nil, fmt.Errorf("qcow2: guest cluster at %#x changed during Allocate", c*e.cs)
 		}
-		binary.BigEndian.PutUint64(t[j*8:], uint64(hosts[k])|flagCopied)
+		binary.BigEndian.PutUint64(ent, uint64(hosts[k])|flagCopied)
+		if e.im.ExtendedL2 {
+			binary.BigEndian.PutUint64(ent[8:], uint64(e.allocBits(c)))
+		}
 		e.markDirty(i)
-		e.release(olds[k])
+		e.release(olds[k][0])
 	}
 	e.pending += int64(count) * e.cs
 	if e.pending >= editFlushBytes {
@@ -322,33 +355,41 @@ func (e *Editor) markDirty(i int64) {
 	}
 }
 
+// entry returns an L2 entry and, with extended L2, its subcluster bitmap.
+func (e *Editor) entry(ent []byte) [2]uint64 {
+	var v [2]uint64
+	v[0] = binary.BigEndian.Uint64(ent)
+	if e.im.ExtendedL2 {
+		v[1] = binary.BigEndian.Uint64(ent[8:])
+	}
+	return v
+}
+
 // reserve checks that L2 entry j of table i may be replaced, makes sure
 // the table exists, and allocates a data cluster. It returns the old entry.
-func (e *Editor) reserve(i, j int64) (uint64, int64, error) {
+func (e *Editor) reserve(i, j int64) ([2]uint64, int64, error) {
 	im := e.im
-	switch {
-	case im.ExtendedL2:
-		return 0, 0, unsupportedf("allocating clusters with extended L2 entries")
-	case im.Dirty:
-		return 0, 0, unsupportedf("allocating clusters in a dirty image (run qemu-img check -r all)")
+	if im.Dirty {
+		return [2]uint64{}, 0, unsupportedf("allocating clusters in a dirty image (run qemu-img check -r all)")
 	}
 	if err := e.clearAutoclear(); err != nil {
-		return 0, 0, err
+		return [2]uint64{}, 0, err
 	}
 	t, err := e.table(i)
 	if err != nil {
-		return 0, 0, err
+		return [2]uint64{}, 0, err
 	}
-	var old uint64
+	var old [2]uint64
 	if t != nil {
-		old = binary.BigEndian.Uint64(t[j*8:])
-		if old&(flagCompressed|flagZero) == 0 && old&offsetMask != 0 && old&flagCopied != 0 {
-			return 0, 0, ErrInPlace
+		ent := t[j*im.l2Bytes:]
+		if e.inPlace(ent, i*im.l2Entries+j) {
+			return [2]uint64{}, 0, ErrInPlace
 		}
+		old = e.entry(ent)
 	} else {
 		off, err := e.allocCluster()
 		if err != nil {
-			return 0, 0, err
+			return [2]uint64{}, 0, err
 		}
 		t = make([]byte, e.cs)
 		e.l2[i] = t

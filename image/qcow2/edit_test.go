@@ -75,20 +75,32 @@ func TestEditorAllocate(t *testing.T) {
 		cs     int64
 		bits   int
 		size   int64
+		ext    bool // extended L2 entries
 	}{
-		{"1.1", 4 << 10, 64, 6 << 20}, // 512 clusters per refcount block
-		{"1.1", 64 << 10, 1, 4 << 20},
-		{"1.1", 64 << 10, 4, 4 << 20},
-		{"0.10", 4 << 10, 16, 3 << 20},
-		{"1.1", 512, 64, 4 << 20}, // outgrows its refcount table
+		{"1.1", 4 << 10, 64, 6 << 20, false}, // 512 clusters per refcount block
+		{"1.1", 64 << 10, 1, 4 << 20, false},
+		{"1.1", 64 << 10, 4, 4 << 20, false},
+		{"0.10", 4 << 10, 16, 3 << 20, false},
+		{"1.1", 512, 64, 4 << 20, false}, // outgrows its refcount table
+		{"1.1", 16 << 10, 16, 4 << 20, true},
+		{"1.1", 64 << 10, 16, 4 << 20, true},
 	} {
-		t.Run(fmt.Sprintf("%s-%d-%d", tc.compat, tc.cs, tc.bits), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%d-%d-ext=%v", tc.compat, tc.cs, tc.bits, tc.ext), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x.qcow2")
-			runCmd(t, "qemu-img", "create", "-f", "qcow2", "-o",
-				fmt.Sprintf("compat=%s,cluster_size=%d,refcount_bits=%d", tc.compat, tc.cs, tc.bits), path, fmt.Sprint(tc.size))
+			opts := fmt.Sprintf("compat=%s,cluster_size=%d,refcount_bits=%d", tc.compat, tc.cs, tc.bits)
+			if tc.ext {
+				opts += ",extended_l2=on"
+			}
+			runCmd(t, "qemu-img", "create", "-f", "qcow2", "-o", opts, path, fmt.Sprint(tc.size))
 			cmds := []string{"-c", fmt.Sprintf("write -P 0x61 0 %d", 3*tc.cs), "-c", fmt.Sprintf("write -z %d %d", tc.cs, tc.cs)}
 			if tc.bits > 1 {
 				cmds = append(cmds, "-c", fmt.Sprintf("write -c -P 0x62 %d %d", 4*tc.cs, tc.cs), "-c", fmt.Sprintf("write -c -P 0x63 %d %d", 5*tc.cs, tc.cs))
+			}
+			sc := tc.cs / 32
+			if tc.ext {
+				// Cluster 6: two subclusters of data, one zero, the
+				// rest unallocated.
+				cmds = append(cmds, "-c", fmt.Sprintf("write -P 0x64 %d %d", 6*tc.cs+sc, 2*sc), "-c", fmt.Sprintf("write -z %d %d", 6*tc.cs+5*sc, sc))
 			}
 			runCmd(t, "qemu-io", append([]string{"-f", "qcow2", path}, cmds...)...)
 			model := qemuRaw(t, path)
@@ -105,6 +117,12 @@ func TestEditorAllocate(t *testing.T) {
 			if tc.bits > 1 {
 				if m, err := e.Lookup(4*tc.cs+7, 1); err != nil || m.Kind != Compressed || m.GuestOffset != 4*tc.cs {
 					t.Fatalf("Lookup of a compressed cluster: %+v, %v", m, err)
+				}
+			}
+			if tc.ext {
+				// Data, but not in place until every subcluster is.
+				if m, err := e.Lookup(6*tc.cs+sc, 1); err != nil || m.Kind != Data || m.InPlace || m.Length != 2*sc {
+					t.Fatalf("Lookup of a partly allocated cluster: %+v, %v", m, err)
 				}
 			}
 			buf := make([]byte, tc.cs)
