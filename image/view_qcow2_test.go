@@ -465,3 +465,50 @@ func firstDifference(a, b []byte) int {
 	}
 	return -1
 }
+
+// TestQcowViewPreallocated writes through the view into images whose
+// clusters read as zeros but have host clusters: made by qemu with
+// preallocation=metadata and then zeroed with "write -z", which keeps the
+// host clusters (standard L2: the zero flag; extended L2: zero
+// subclusters). Writes must use those host clusters: the file must not
+// grow, qemu-img check must stay clean, and qemu must read the model.
+func TestQcowViewPreallocated(t *testing.T) {
+	needQemuTools(t)
+	for _, ext := range []string{"off", "on"} {
+		t.Run("extended_l2="+ext, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "pre.qcow2")
+			const size = 2 << 20
+			qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
+				"preallocation=metadata,extended_l2="+ext+",cluster_size=65536,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
+					"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10",
+				path, fmt.Sprint(size))
+			// Encrypted preallocated clusters are data (they decrypt to
+			// noise) until zeroed.
+			qemuRun(t, "qemu-io", "--object", qemuSecret(), "--image-opts", qemuOpts(path), "-c", fmt.Sprintf("write -z 0 %d", size))
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := make([]byte, size)
+			if !bytes.Equal(qemuPlain(t, path), model) {
+				t.Fatal("the zeroed image does not read as zeros")
+			}
+			f, v := openQcowView(t, path, false)
+			exerciseView(t, v, model, 99)
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			after, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Size() != fi.Size() {
+				t.Errorf("writes into preallocated clusters grew the image from %d to %d bytes", fi.Size(), after.Size())
+			}
+			qemuCheckClean(t, path)
+			if i := firstDifference(qemuPlain(t, path), model); i >= 0 {
+				t.Fatalf("qemu's plaintext differs from the model at byte %d", i)
+			}
+		})
+	}
+}

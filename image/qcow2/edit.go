@@ -39,8 +39,9 @@ const (
 
 // Editor changes an existing qcow2 image in place: it maps guest offsets
 // to host clusters and allocates clusters for writes, keeping refcounts
-// exact, so qemu-img check stays clean. New clusters are appended at the
-// end of the file; freed ones are never reused.
+// exact, so qemu-img check stays clean. A cluster that reads as zeros but
+// owns a host cluster (preallocated) is written there; other new clusters
+// are appended at the end of the file; freed ones are never reused.
 //
 // Write ordering follows qemu's: refcount increments are written first,
 // the caller's data next, and the L2 and L1 entries that reference them
@@ -267,19 +268,25 @@ func (e *Editor) ReadCompressed(x Extent, dst []byte) error {
 	return e.im.ReadCompressed(e.f, x, dst)
 }
 
-// Allocate gives the guest cluster containing guestOff a fresh host
-// cluster at the end of the file and returns its offset. fill must write
-// the whole cluster there (qcow2+LUKS: the encrypted plaintext, IV sector
-// = host offset/512, zeros included) before Allocate maps it: a mapped
-// cluster is never left unwritten. A cluster that was compressed, zero
-// with a host cluster, shared, or (extended L2) only partly allocated is
-// released at the next Flush; its old content is the caller's to carry
-// over. With extended L2 entries the new cluster has every subcluster
-// allocated. The L2 table is allocated when the L1 entry is empty, and
-// refcount blocks when their table entry is. fill runs without the
-// Editor's lock held. A full refcount table moves to the end of the file,
-// twice as large. An in-place cluster gives ErrInPlace; a dirty image or a
-// refcount table at qemu's size limit give ErrUnsupported.
+// Allocate gives the guest cluster containing guestOff a host cluster to
+// be written whole and returns its offset: usually a fresh one at the end
+// of the file. fill must write the whole cluster there (qcow2+LUKS: the
+// encrypted plaintext, IV sector = host offset/512, zeros included) before
+// Allocate maps it: a mapped cluster is never left unwritten.
+//
+// A zero cluster with a host cluster, or (extended L2) a partly allocated
+// one, keeps its host cluster if only it references it (COPIED): fill
+// writes there while the old entry still reads as before, so preallocated
+// images do not grow. Otherwise a cluster that was compressed, zero with a
+// host cluster, shared or partly allocated is released at the next Flush.
+// Either way its old content is the caller's to carry over. With extended
+// L2 entries the new entry has every subcluster allocated.
+//
+// The L2 table is allocated when the L1 entry is empty, and refcount
+// blocks when their table entry is. fill runs without the Editor's lock
+// held. A full refcount table moves to the end of the file, twice as
+// large. An in-place cluster gives ErrInPlace; a dirty image or a refcount
+// table at qemu's size limit give ErrUnsupported.
 func (e *Editor) Allocate(guestOff int64, fill func(hostOff int64) error) (int64, error) {
 	h, err := e.AllocateClusters(guestOff, 1, func(h []int64) error { return fill(h[0]) })
 	if err != nil {
@@ -299,19 +306,22 @@ func (e *Editor) AllocateClusters(guestOff int64, count int, fill func(hostOffs 
 	}
 	olds := make([][2]uint64, count) // L2 entry and, with extended L2, its bitmap
 	hosts := make([]int64, count)
+	reused := make([]bool, count) // the cluster keeps its own host cluster
 	e.mu.Lock()
 	for k := range count {
 		c := first + int64(k)
-		old, host, err := e.reserve(c/e.im.l2Entries, c%e.im.l2Entries)
+		old, host, own, err := e.reserve(c/e.im.l2Entries, c%e.im.l2Entries)
 		if err != nil {
 			// Nothing references the clusters reserved so far: free them.
-			for _, h := range hosts[:k] {
-				err = errors.Join(err, e.setRef(h/e.cs/e.rbEntries, h/e.cs%e.rbEntries, 0))
+			for k2, h := range hosts[:k] {
+				if !reused[k2] {
+					err = errors.Join(err, e.setRef(h/e.cs/e.rbEntries, h/e.cs%e.rbEntries, 0))
+				}
 			}
 			e.mu.Unlock()
 			return nil, err
 		}
-		olds[k], hosts[k] = old, host
+		olds[k], hosts[k], reused[k] = old, host, own
 	}
 	e.mu.Unlock()
 	if err := fill(hosts); err != nil {
@@ -337,7 +347,9 @@ func (e *Editor) AllocateClusters(guestOff int64, count int, fill func(hostOffs 
 			binary.BigEndian.PutUint64(ent[8:], uint64(e.allocBits(c)))
 		}
 		e.markDirty(i)
-		e.release(olds[k][0])
+		if !reused[k] {
+			e.release(olds[k][0])
+		}
 	}
 	e.pending += int64(count) * e.cs
 	if e.pending >= editFlushBytes {
@@ -366,30 +378,41 @@ func (e *Editor) entry(ent []byte) [2]uint64 {
 }
 
 // reserve checks that L2 entry j of table i may be replaced, makes sure
-// the table exists, and allocates a data cluster. It returns the old entry.
-func (e *Editor) reserve(i, j int64) ([2]uint64, int64, error) {
+// the table exists, and finds the data cluster to write: the cluster's own
+// host cluster when it has one referenced only by it (COPIED: a zero
+// cluster with a preallocated host cluster, or with extended L2 a partly
+// allocated one), so that preallocated images do not grow; else a new one.
+// It returns the old entry, the host offset and whether it is the
+// cluster's own.
+func (e *Editor) reserve(i, j int64) ([2]uint64, int64, bool, error) {
 	im := e.im
 	if im.Dirty {
-		return [2]uint64{}, 0, unsupportedf("allocating clusters in a dirty image (run qemu-img check -r all)")
+		return [2]uint64{}, 0, false, unsupportedf("allocating clusters in a dirty image (run qemu-img check -r all)")
 	}
 	if err := e.clearAutoclear(); err != nil {
-		return [2]uint64{}, 0, err
+		return [2]uint64{}, 0, false, err
 	}
 	t, err := e.table(i)
 	if err != nil {
-		return [2]uint64{}, 0, err
+		return [2]uint64{}, 0, false, err
 	}
 	var old [2]uint64
 	if t != nil {
 		ent := t[j*im.l2Bytes:]
 		if e.inPlace(ent, i*im.l2Entries+j) {
-			return [2]uint64{}, 0, ErrInPlace
+			return [2]uint64{}, 0, false, ErrInPlace
 		}
 		old = e.entry(ent)
+		if off := int64(old[0] & offsetMask); old[0]&flagCompressed == 0 && old[0]&flagCopied != 0 && off != 0 {
+			if err := im.checkData(off, e.cs); err != nil {
+				return [2]uint64{}, 0, false, err
+			}
+			return old, off, true, nil
+		}
 	} else {
 		off, err := e.allocCluster()
 		if err != nil {
-			return [2]uint64{}, 0, err
+			return [2]uint64{}, 0, false, err
 		}
 		t = make([]byte, e.cs)
 		e.l2[i] = t
@@ -400,7 +423,7 @@ func (e *Editor) reserve(i, j int64) ([2]uint64, int64, error) {
 		e.im.meta = append(e.im.meta, span{off, off + e.cs, "l2 table"})
 	}
 	host, err := e.allocCluster()
-	return old, host, err
+	return old, host, false, err
 }
 
 // release queues the host clusters an old L2 entry referenced: a
