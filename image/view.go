@@ -155,19 +155,24 @@ func (v *viewCore) startRead(p []byte, off int64) (n int64, bb *bounce, done fun
 	return n, bb, func() { v.bufs.put(bb); unlock() }, nil
 }
 
-// startWrite begins a write of n > 0 checked bytes at off: it takes the
-// stripe locks and a bounce buffer, and returns done, which releases both.
+// startWrite begins a write of len(p) bytes at off, which must lie inside
+// the view (views never grow): it returns len(p) and, when that is not
+// zero, a bounce buffer and done, which releases it and the stripe locks.
 // A write that failed may have left plaintext in the buffer (merged partial
 // sectors, or clusters being allocated); one that succeeded left only
 // ciphertext. done clears the buffer in the first case.
-func (v *viewCore) startWrite(off, n int64) (bb *bounce, done func(failed bool), err error) {
+func (v *viewCore) startWrite(p []byte, off int64) (n int64, bb *bounce, done func(failed bool), err error) {
+	n = int64(len(p))
+	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
+		return 0, nil, nil, err
+	}
 	unlock := v.lock(off, off+n, true)
 	if v.closed.Load() {
 		unlock()
-		return nil, nil, ErrClosed
+		return 0, nil, nil, ErrClosed
 	}
 	bb = v.bufs.get()
-	return bb, func(failed bool) {
+	return n, bb, func(failed bool) {
 		bb.plain = bb.plain || failed
 		v.bufs.put(bb)
 		unlock()
@@ -385,12 +390,8 @@ func checkWrite(readOnly bool, off, n, size int64) error {
 }
 
 func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
-	n := int64(len(p))
-	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
-		return 0, err
-	}
-	bb, done, err := v.startWrite(off, n)
-	if err != nil {
+	n, bb, done, err := v.startWrite(p, off)
+	if n == 0 {
 		return 0, err
 	}
 	defer func() { done(err != nil) }()

@@ -119,12 +119,8 @@ func (v *qcowView) readHost(b []byte, h int64) error {
 }
 
 func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
-	n := int64(len(p))
-	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
-		return 0, err
-	}
-	bb, done, err := v.startWrite(off, n)
-	if err != nil {
+	n, bb, done, err := v.startWrite(p, off)
+	if n == 0 {
 		return 0, err
 	}
 	defer func() { done(err != nil) }()
