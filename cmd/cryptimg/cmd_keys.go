@@ -109,6 +109,19 @@ func openRW(path string) (*os.File, error) {
 }
 
 // newKeyOptions are the --new-key-file flags of the key being set.
+// newKeyArg takes the new key file from a second positional argument, as
+// cryptsetup's luksAddKey and luksChangeKey do.
+func newKeyArg(k *keyOptions, args []string) error {
+	if len(args) < 2 {
+		return nil
+	}
+	if k.keyFile != "" {
+		return usagef("give the new key file either as an argument or with --new-key-file, not both")
+	}
+	k.keyFile = args[1]
+	return nil
+}
+
 func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
 	f.StringVar(&k.keyFile, "new-key-file", "", "read the new key from FILE as raw bytes (- for stdin)")
 	f.Int64Var(&k.keyfileOffset, "new-keyfile-offset", 0, "skip this many bytes at the start of the new key file")
@@ -188,11 +201,8 @@ working.
   cryptimg add-key -d old.key -S 5 --iter-time 1000 disk.luks new.key`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 2 {
-				if o.newKey.keyFile != "" {
-					return usagef("give the new key file either as an argument or with --new-key-file, not both")
-				}
-				o.newKey.keyFile = args[1]
+			if err := newKeyArg(&o.newKey, args); err != nil {
+				return err
 			}
 			return runAddKey(g, o, args[0])
 		},
@@ -442,11 +452,8 @@ for confirmation on a terminal, and is refused on a non-terminal unless
 		Example: `  cryptimg change-key -d old.key --new-key-file new.key disk.luks`,
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 2 {
-				if o.newKey.keyFile != "" {
-					return usagef("give the new key file either as an argument or with --new-key-file, not both")
-				}
-				o.newKey.keyFile = args[1]
+			if err := newKeyArg(&o.newKey, args); err != nil {
+				return err
 			}
 			return runChangeKey(g, o, args[0])
 		},
