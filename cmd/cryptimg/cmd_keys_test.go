@@ -211,6 +211,12 @@ func TestAddKeySlotErrors(t *testing.T) {
 	expectCode(t, 1, "add-key", "-q", "-d", key[0], "--new-key-file", key[1], "-S", "0", fastIter, img)
 	expectCode(t, 1, "add-key", "-q", "-d", key[0], "--new-key-file", key[1], "--pbkdf-force-iterations", "999", img)
 	expectCode(t, 1, "add-key", "-q", "-d", "-", "--new-key-file", "-", img)
+	for _, cmd := range []string{"add-key", "change-key"} {
+		r := expectCode(t, 1, cmd, "-q", "-d", key[0], "--new-key-file", key[1], fastIter, img, key[2])
+		if !strings.Contains(r.stderr, "not both") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s with two new keys: %q, want one line saying not both", cmd, r.stderr)
+		}
+	}
 	for i := 1; i < 8; i++ {
 		mustRun(t, "add-key", "-q", "-d", key[0], "--new-key-file", key[i%6], fastIter, img)
 	}
