@@ -134,6 +134,9 @@ func TestBadInput(t *testing.T) {
 		{"empty key", []string{"encrypt", "-d", empty, plain, filepath.Join(dir, "o11")}, exitFailure, "empty"},
 		{"no key", []string{"encrypt", plain, filepath.Join(dir, "o12")}, exitFailure, "--key-file"},
 		{"args", []string{"encrypt", plain}, exitFailure, "output"},
+		{"progress mode", []string{"encrypt", "-d", key, "--progress", "loud", plain, filepath.Join(dir, "o13")}, exitFailure, "invalid progress mode"},
+		{"jobs", []string{"decrypt", "-d", key, "--jobs", "-2", enc, filepath.Join(dir, "o14")}, exitFailure, "--jobs"},
+		{"chunk size", []string{"encrypt", "-d", key, "--chunk-size", "1000", plain, filepath.Join(dir, "o15")}, exitFailure, "--chunk-size"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -235,5 +238,20 @@ func TestJSONSummaryAndProgress(t *testing.T) {
 	r = mustRun(t, "decrypt", "-d", key, "--quiet", enc, filepath.Join(dir, "out"))
 	if r.stderr != "" || r.stdout != "" {
 		t.Errorf("quiet decrypt printed %q %q", r.stdout, r.stderr)
+	}
+}
+
+// TestChunkSizeRoundTrip encrypts and decrypts with a non-default chunk size
+// and number of workers, and with a chunk larger than the image.
+func TestChunkSizeRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "secret")
+	plain := randomFile(t, dir, "plain.raw", 9<<20+512)
+	for _, c := range []struct{ chunk, jobs string }{{"65536", "3"}, {"4194304", "1"}, {"67108864", "2"}} {
+		enc := filepath.Join(dir, "enc-"+c.chunk)
+		out := filepath.Join(dir, "out-"+c.chunk)
+		mustRun(t, "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "--chunk-size", c.chunk, "-j", c.jobs, plain, enc)
+		mustRun(t, "decrypt", "-d", key, "--chunk-size", c.chunk, "-j", c.jobs, enc, out)
+		sameContent(t, plain, out)
 	}
 }

@@ -105,7 +105,7 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	start := time.Now()
 	err = e.DecryptTo(cmd.Context(), dst.File, k, image.DecryptOptions{
 		Format: format, ClusterSize: o.clusterSize,
-		Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update},
+		Pipeline: g.pipeline(prog),
 	})
 	prog.finish(err == nil)
 	if err != nil {

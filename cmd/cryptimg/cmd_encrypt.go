@@ -161,7 +161,7 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		Passphrase:  key,
 		Format:      format,
 		ClusterSize: o.clusterSize,
-		Pipeline:    image.Pipeline{Jobs: g.jobs, Progress: prog.update},
+		Pipeline:    g.pipeline(prog),
 	})
 	prog.finish(err == nil)
 	if err != nil {

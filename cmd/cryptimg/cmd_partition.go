@@ -124,7 +124,7 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	}
 	defer done()
 	prog := g.newProgress("encrypt")
-	po.Pipeline = image.Pipeline{Jobs: g.jobs, Progress: prog.update}
+	po.Pipeline = g.pipeline(prog)
 	start := time.Now()
 	res, err := image.EncryptPartition(cmd.Context(), dst.File, src, po)
 	prog.finish(err == nil)
@@ -179,7 +179,7 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	}
 	defer done()
 	prog := g.newProgress("decrypt")
-	po.Pipeline = image.Pipeline{Jobs: g.jobs, Progress: prog.update}
+	po.Pipeline = g.pipeline(prog)
 	start := time.Now()
 	_, err = image.DecryptPartition(cmd.Context(), dst.File, src, e, k, po)
 	prog.finish(err == nil)

@@ -177,7 +177,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 			}
 			return confirm(g, fmt.Sprintf("This will reencrypt %s with a new volume key and remove key slots %v, whose keys were not given.", path, removed))
 		},
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
 	})
 	prog.finish(err == nil)
 	if err != nil {
@@ -281,7 +281,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	start := time.Now()
 	r, err := image.EncryptInPlace(cmd.Context(), f, image.Sidecar(path), image.EncryptInPlaceOptions{
 		Header: params, Passphrase: key,
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
 	})
 	prog.finish(err == nil)
 	if err != nil {
@@ -322,7 +322,7 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	prog := g.newProgress("decrypt")
 	start := time.Now()
 	r, err := image.DecryptInPlace(cmd.Context(), f, image.Sidecar(path), key, o.keySlot,
-		image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: image.Pipeline{Jobs: g.jobs, Progress: prog.update}})
+		image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)})
 	prog.finish(err == nil)
 	if err != nil {
 		return interrupted(path, "decrypt --in-place", err)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -56,12 +57,33 @@ type globalOptions struct {
 	batch    bool // --batch-mode: no confirmations, no passphrase verification
 	progress string
 	jobs     int
+	chunk    int // --chunk-size in bytes; 0 = the pipeline's default
 
 	cleanup *cleanupList
 	// graceful, once set by a command (open in the foreground), makes a
 	// signal wait for the command to unwind instead of forcing an exit
 	// after a second; a second signal still forces it.
 	graceful atomic.Bool
+}
+
+// validate checks the global flags before a command does anything.
+func (g *globalOptions) validate() error {
+	if _, err := parseProgressMode(g.progress); err != nil {
+		return usagef("--progress: %v", err)
+	}
+	if g.jobs < 0 || g.jobs > 1024 {
+		return usagef("--jobs must be from 1 to 1024 (or 0, one per CPU), not %d", g.jobs)
+	}
+	if c := g.chunk; c != 0 && (c%512 != 0 || c < 64<<10 || c > 64<<20) {
+		return usagef("--chunk-size must be a multiple of 512 from 65536 to 67108864 bytes, not %d", c)
+	}
+	return nil
+}
+
+// pipeline is the pipeline configuration of the global flags, reporting
+// progress to p.
+func (g *globalOptions) pipeline(p *opProgress) image.Pipeline {
+	return image.Pipeline{Jobs: g.jobs, ChunkSize: g.chunk, Progress: p.update}
 }
 
 func (g *globalOptions) stderrIsTerminal() bool {
@@ -96,6 +118,8 @@ type the passphrase at the terminal prompt.
 	f.BoolVarP(&g.batch, "batch-mode", "q", false, "do not ask for confirmation or to verify a new passphrase (as cryptsetup -q)")
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
+	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.AddCommand(
 		newEncryptCommand(g),
 		newDecryptCommand(g),
