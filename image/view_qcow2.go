@@ -37,6 +37,10 @@ func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*q
 	if im.CryptMethod != qcow2.CryptLUKS {
 		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
 	}
+	if im.Dirty && !readOnly {
+		// Refuse now rather than fail the first write that allocates.
+		return nil, fmt.Errorf("%w: the image is marked dirty (a qemu that used lazy refcounts did not close it), so its refcounts may be stale; repair it with qemu-img check -r all, or open it read-only", qcow2.ErrUnsupported)
+	}
 	// Sync writes out the qcow2 metadata of allocations, in qemu's
 	// order, after the data.
 	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize}

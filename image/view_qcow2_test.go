@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 const qcowPass = "qcow2 view test"
@@ -514,5 +515,44 @@ func TestQcowViewPreallocated(t *testing.T) {
 				t.Fatalf("qemu's plaintext differs from the model at byte %d", i)
 			}
 		})
+	}
+}
+
+// TestQcowViewDirty: an image with the dirty bit opens read-only, and a
+// read-write view is refused up front with a message that says what to do,
+// instead of failing the first write that needs a cluster.
+func TestQcowViewDirty(t *testing.T) {
+	needQemuTools(t)
+	path, model := qemuImage(t, 3, 64<<10)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0, 0, 0, 0, 0, 0, 0, 1}, 72); err != nil { // incompatible bit 0
+		t.Fatal(err)
+	}
+	f.Close()
+	_, v := openQcowView(t, path, true)
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("read-only view of a dirty image: %v, equal %v", err, bytes.Equal(got, model))
+	}
+	v.Close()
+	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte(qcowPass), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	if _, err := e.View(f, k, false); !errors.Is(err, qcow2.ErrUnsupported) || !strings.Contains(err.Error(), "qemu-img check -r all") {
+		t.Fatalf("read-write view of a dirty image: %v", err)
 	}
 }
