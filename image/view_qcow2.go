@@ -188,6 +188,32 @@ func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte)
 	})
 }
 
+// oldCluster fills dst, one cluster, with the plaintext the guest cluster
+// at g holds now: zeros where it reads as zeros or lies past the virtual
+// size, its data or its inflated compressed data elsewhere.
+func (v *qcowView) oldCluster(dst []byte, g int64) error {
+	clear(dst)
+	for at := g; at < min(g+int64(len(dst)), v.size); {
+		m, err := v.ed.Lookup(at, min(g+int64(len(dst)), v.size)-at)
+		if err != nil {
+			return err
+		}
+		stop := min(g+int64(len(dst)), v.size, m.GuestOffset+m.Length)
+		switch m.Kind {
+		case qcow2.Data:
+			if err := v.readHost(dst[at-g:stop-g], m.HostOffset+at-m.GuestOffset); err != nil {
+				return err
+			}
+		case qcow2.Compressed:
+			if err := v.ed.ReadCompressed(m.Extent, dst[m.GuestOffset-g:m.GuestOffset-g+v.cs]); err != nil {
+				return err
+			}
+		}
+		at = stop
+	}
+	return nil
+}
+
 // allocate writes the start of src at guest offset pos, which maps to
 // something not stored in place: the clusters from pos's on that share its
 // mapping (at most a buffer's worth) get fresh host clusters, written
@@ -212,32 +238,31 @@ func (v *qcowView) allocate(src []byte, pos int64, buf []byte) (int64, error) {
 	g1 := min((m.GuestOffset+m.Length+cs-1)/cs*cs, limit, (end+cs-1)/cs*cs)
 	stepEnd := min(end, g1)
 	plain := buf[:g1-g0]
-	clear(plain)
-	for at := g0; at < min(g1, v.size); {
-		m, err := v.ed.Lookup(at, min(g1, v.size)-at)
-		if err != nil {
+	lo, hi := pos-g0, stepEnd-g0 // the new bytes, relative to g0
+	// full reports whether the cluster at relative offset x is all new
+	// bytes: it is encrypted straight from src, with nothing to merge.
+	full := func(x int64) bool { return x >= lo && x+cs <= hi }
+	for x := int64(0); x < g1-g0; x += cs {
+		if full(x) {
+			continue
+		}
+		if err := v.oldCluster(plain[x:x+cs], g0+x); err != nil {
 			return pos, err
 		}
-		stop := min(g1, v.size, m.GuestOffset+m.Length)
-		switch m.Kind {
-		case qcow2.Data:
-			if err := v.readHost(plain[at-g0:stop-g0], m.HostOffset+at-m.GuestOffset); err != nil {
-				return pos, err
-			}
-		case qcow2.Compressed:
-			if err := v.ed.ReadCompressed(m.Extent, plain[m.GuestOffset-g0:m.GuestOffset-g0+cs]); err != nil {
-				return pos, err
-			}
+		if a, b := max(lo, x), min(hi, x+cs); a < b {
+			copy(plain[a:b], src[a-lo:b-lo])
 		}
-		at = stop
 	}
-	copy(plain[pos-g0:], src[:stepEnd-pos])
 	_, err = v.ed.AllocateClusters(g0, int((g1-g0)/cs), func(hosts []int64) error {
-		return split(len(plain), func(lo, hi int) error {
-			for x := int64(lo); x < int64(hi); {
-				y := min(int64(hi), x-x%cs+cs)
+		return split(len(plain), func(a, b int) error {
+			for x := int64(a); x < int64(b); {
+				y := min(int64(b), x-x%cs+cs)
 				h := hosts[x/cs] + x%cs
-				v.c.EncryptSectors(plain[x:y], plain[x:y], uint64(h/SectorSize), SectorSize)
+				in := plain[x:y]
+				if full(x - x%cs) {
+					in = src[x-lo : y-lo]
+				}
+				v.c.EncryptSectors(plain[x:y], in, uint64(h/SectorSize), SectorSize)
 				if _, err := v.f.WriteAt(plain[x:y], h); err != nil {
 					return err
 				}
