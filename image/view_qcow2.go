@@ -41,9 +41,9 @@ func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*q
 		// Refuse now rather than fail the first write that allocates.
 		return nil, fmt.Errorf("%w: the image is marked dirty (a qemu that used lazy refcounts did not close it), so its refcounts may be stale; repair it with qemu-img check -r all, or open it read-only", qcow2.ErrUnsupported)
 	}
-	// Sync writes out the qcow2 metadata of allocations, in qemu's
-	// order, after the data.
 	v := &qcowView{f: f, c: c, ed: ed, cs: im.ClusterSize}
+	// Sync and Close flush the qcow2 metadata of allocations, in qemu's
+	// order, after the data.
 	v.viewCore = viewCore{size: im.Size, readOnly: readOnly, flush: ed.Flush}
 	v.bufs.size = int(max(viewChunk, im.ClusterSize) + 2*SectorSize)
 	return v, nil
