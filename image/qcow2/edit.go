@@ -54,10 +54,10 @@ const (
 // Writing needs a clean image (dirty bit clear); otherwise Allocate fails
 // with [ErrUnsupported], while Lookup still works. With extended L2 entries
 // a cluster is written in place only when all of its subclusters are
-// allocated; a write to any other gets a whole new cluster, all of its
-// subclusters allocated, like any cluster that is not in place. Internal snapshots and backing files are refused by
-// [Open]. An Editor is safe for concurrent use, but Allocate calls for the
-// same guest cluster must not overlap.
+// allocated; any other goes through Allocate and is written whole, all of
+// its subclusters allocated. Internal snapshots and backing files are
+// refused by [Open]. An Editor is safe for concurrent use, but Allocate
+// calls for the same guest cluster must not overlap.
 type Editor struct {
 	mu  sync.Mutex
 	f   File
