@@ -398,7 +398,14 @@ func mountView(v image.View, img, mnt string, readOnly bool) (*fuse.Server, stri
 			opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 		}
 	}
-	server, err := fs.Mount(mnt, root, opts)
+	server, err := fuse.NewServer(fs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
+	if err == nil {
+		go server.Serve()
+		err = waitMounted(mnt, name)
+		if err != nil {
+			server.Unmount()
+		}
+	}
 	if err != nil {
 		if os.Geteuid() != 0 {
 			return nil, "", fmt.Errorf("failed to mount %s through fusermount3: %w (it must be setuid root and able to open /dev/fuse; or run as root)", mnt, err)
@@ -406,6 +413,28 @@ func mountView(v image.View, img, mnt string, readOnly bool) (*fuse.Server, stri
 		return nil, "", fmt.Errorf("failed to mount %s: %w", mnt, err)
 	}
 	return server, name, nil
+}
+
+// waitMounted returns once the new mount at mnt answers a lookup of its
+// file, which the serving goroutines answer. It stands in for go-fuse's
+// WaitMount, whose "poll hack" opens a file in the mount from this very
+// process: killed (SIGKILL) while that file is open, the process would
+// flush it on exit to the server it is itself, and hang in D state for
+// good, with the mount stuck. A stat holds nothing open, and a lookup of
+// the file, unlike a stat of the mount point, leaves no cached attributes
+// of the root that would hide a dead server from the next stat.
+func waitMounted(mnt, name string) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := os.Stat(filepath.Join(mnt, name))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("the mount at %s did not answer within 30 s", mnt)
+	}
 }
 
 // startBackground re-runs open in a detached child that takes the
