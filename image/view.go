@@ -146,13 +146,22 @@ func (v *viewCore) startRead(p []byte, off int64) (n int64, bb *bounce, done fun
 	if n == 0 {
 		return 0, nil, nil, nil
 	}
-	unlock := v.lock(off, off+n, false)
+	bb, unlock, err := v.enter(off, n, false)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return n, bb, func() { v.bufs.put(bb); unlock() }, nil
+}
+
+// enter takes the stripe locks of [off, off+n) and a bounce buffer, unless
+// the view is closed; unlock releases the locks only.
+func (v *viewCore) enter(off, n int64, write bool) (bb *bounce, unlock func(), err error) {
+	unlock = v.lock(off, off+n, write)
 	if v.closed.Load() {
 		unlock()
-		return 0, nil, nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
-	bb = v.bufs.get()
-	return n, bb, func() { v.bufs.put(bb); unlock() }, nil
+	return v.bufs.get(), unlock, nil
 }
 
 // startWrite begins a write of len(p) bytes at off, which must lie inside
@@ -166,12 +175,10 @@ func (v *viewCore) startWrite(p []byte, off int64) (n int64, bb *bounce, done fu
 	if err := checkWrite(v.readOnly, off, n, v.size); err != nil || n == 0 {
 		return 0, nil, nil, err
 	}
-	unlock := v.lock(off, off+n, true)
-	if v.closed.Load() {
-		unlock()
-		return 0, nil, nil, ErrClosed
+	bb, unlock, err := v.enter(off, n, true)
+	if err != nil {
+		return 0, nil, nil, err
 	}
-	bb = v.bufs.get()
 	return n, bb, func(failed bool) {
 		bb.plain = bb.plain || failed
 		v.bufs.put(bb)
