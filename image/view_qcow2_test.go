@@ -79,6 +79,17 @@ func qemuPlain(t *testing.T, path string) []byte {
 	return b
 }
 
+// qemuCreate makes an empty qcow2+LUKS image (aes-256-cbc-essiv:sha256,
+// the test passphrase) of size bytes with qemu-img, with the extra qcow2
+// options opts.
+func qemuCreate(t *testing.T, path, opts string, size int64) {
+	t.Helper()
+	qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
+		opts+",encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,encrypt.cipher-mode=cbc,"+
+			"encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10",
+		path, fmt.Sprint(size))
+}
+
 // qemuImage makes a qcow2+LUKS image with qemu and fills it with data,
 // zero and compressed clusters, returning its path and plaintext model.
 func qemuImage(t *testing.T, version int, cs int64) (string, []byte) {
@@ -89,10 +100,7 @@ func qemuImage(t *testing.T, version int, cs int64) (string, []byte) {
 	if version == 2 {
 		compat = "0.10"
 	}
-	qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
-		fmt.Sprintf("compat=%s,cluster_size=%d,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
-			"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10", compat, cs),
-		path, fmt.Sprint(size))
+	qemuCreate(t, path, fmt.Sprintf("compat=%s,cluster_size=%d", compat, cs), size)
 	model := make([]byte, size)
 	var cmds []string
 	fill := func(pat byte, off, n int64) {
@@ -141,6 +149,18 @@ func openQcowView(t *testing.T, path string, readOnly bool) (*os.File, View) {
 		t.Fatal(err)
 	}
 	return f, v
+}
+
+// readsModel fails t unless a whole-image read through v gives model.
+func readsModel(t *testing.T, v View, model []byte, what string) {
+	t.Helper()
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if i := firstDifference(got, model); i >= 0 {
+		t.Fatalf("%s differs from qemu's plaintext at byte %d", what, i)
+	}
 }
 
 // exerciseView runs concurrent random unaligned writes and reads against
@@ -229,13 +249,7 @@ func TestQcowViewQemuImages(t *testing.T) {
 		t.Run(fmt.Sprintf("v%d-%dk", tc.version, tc.cs>>10), func(t *testing.T) {
 			path, model := qemuImage(t, tc.version, tc.cs)
 			_, v := openQcowView(t, path, false)
-			got := make([]byte, len(model))
-			if _, err := v.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, model) {
-				t.Fatal("view of the qemu image differs from qemu's plaintext")
-			}
+			readsModel(t, v, model, "view of the qemu image")
 			exerciseView(t, v, model, uint64(tc.cs)+uint64(tc.version))
 			// A synced view is consistent on disk while still open.
 			if err := v.Sync(); err != nil {
@@ -255,12 +269,7 @@ func TestQcowViewQemuImages(t *testing.T) {
 			}
 			// Reopened, the view reads what it wrote.
 			_, v2 := openQcowView(t, path, true)
-			if _, err := v2.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, model) {
-				t.Fatal("reopened view differs from the model")
-			}
+			readsModel(t, v2, model, "reopened view")
 			if _, err := v2.WriteAt([]byte{1}, 0); !errors.Is(err, ErrReadOnly) {
 				t.Fatalf("write to a read-only view: %v", err)
 			}
@@ -354,10 +363,7 @@ func TestQcowViewExtendedL2(t *testing.T) {
 		t.Run(fmt.Sprintf("%dk", cs>>10), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ext.qcow2")
 			size := 16*cs + 1536 // the last cluster is partial
-			qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
-				fmt.Sprintf("extended_l2=on,cluster_size=%d,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
-					"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10", cs),
-				path, fmt.Sprint(size))
+			qemuCreate(t, path, fmt.Sprintf("extended_l2=on,cluster_size=%d", cs), size)
 			sc := cs / 32
 			qemuRun(t, "qemu-io", "--object", qemuSecret(), "--image-opts", qemuOpts(path),
 				"-c", fmt.Sprintf("write -P 0x42 %d %d", sc, sc), // cluster 0: one subcluster
@@ -368,13 +374,7 @@ func TestQcowViewExtendedL2(t *testing.T) {
 				"-c", fmt.Sprintf("write -P 0x55 %d %d", 16*cs, 512)) // the partial last cluster
 			model := qemuPlain(t, path)
 			_, v := openQcowView(t, path, false)
-			got := make([]byte, len(model))
-			if _, err := v.ReadAt(got, 0); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, model) {
-				t.Fatal("extended L2 read differs from qemu")
-			}
+			readsModel(t, v, model, "extended L2 view")
 			exerciseView(t, v, model, uint64(cs))
 			if err := v.Sync(); err != nil {
 				t.Fatal(err)
@@ -483,10 +483,7 @@ func TestQcowViewPreallocated(t *testing.T) {
 		t.Run("extended_l2="+ext, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "pre.qcow2")
 			const size = 2 << 20
-			qemuRun(t, "qemu-img", "create", "--object", qemuSecret(), "-f", "qcow2", "-o",
-				"preallocation=metadata,extended_l2="+ext+",cluster_size=65536,encrypt.format=luks,encrypt.key-secret=sec0,encrypt.cipher-alg=aes-256,"+
-					"encrypt.cipher-mode=cbc,encrypt.ivgen-alg=essiv,encrypt.ivgen-hash-alg=sha256,encrypt.hash-alg=sha256,encrypt.iter-time=10",
-				path, fmt.Sprint(size))
+			qemuCreate(t, path, "preallocation=metadata,extended_l2="+ext+",cluster_size=65536", size)
 			// Encrypted preallocated clusters are data (they decrypt to
 			// noise) until zeroed.
 			qemuRun(t, "qemu-io", "--object", qemuSecret(), "--image-opts", qemuOpts(path), "-c", fmt.Sprintf("write -z 0 %d", size))
