@@ -127,8 +127,9 @@ func qemuImage(t *testing.T, version int, cs int64) (string, []byte) {
 	return path, model
 }
 
-// openQcowView opens path's plaintext view read-write.
-func openQcowView(t *testing.T, path string, readOnly bool) (*os.File, View) {
+// unlockQcow opens the image at path read-write and unlocks it with the
+// test passphrase.
+func unlockQcow(t *testing.T, path string) (*os.File, *Encrypted, *Key) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -144,6 +145,13 @@ func openQcowView(t *testing.T, path string, readOnly bool) (*os.File, View) {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Clear)
+	return f, e, k
+}
+
+// openQcowView opens path's plaintext view.
+func openQcowView(t *testing.T, path string, readOnly bool) (*os.File, View) {
+	t.Helper()
+	f, e, k := unlockQcow(t, path)
 	v, err := e.View(f, k, readOnly)
 	if err != nil {
 		t.Fatal(err)
@@ -530,26 +538,10 @@ func TestQcowViewDirty(t *testing.T) {
 	}
 	f.Close()
 	_, v := openQcowView(t, path, true)
-	got := make([]byte, len(model))
-	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
-		t.Fatalf("read-only view of a dirty image: %v, equal %v", err, bytes.Equal(got, model))
-	}
+	readsModel(t, v, model, "read-only view of a dirty image")
 	v.Close()
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	e, err := Open(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := e.Unlock([]byte(qcowPass), -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Clear()
-	if _, err := e.View(f, k, false); !errors.Is(err, qcow2.ErrUnsupported) || !strings.Contains(err.Error(), "qemu-img check -r all") {
+	f2, e, k := unlockQcow(t, path)
+	if _, err := e.View(f2, k, false); !errors.Is(err, qcow2.ErrUnsupported) || !strings.Contains(err.Error(), "qemu-img check -r all") {
 		t.Fatalf("read-write view of a dirty image: %v", err)
 	}
 }
