@@ -25,4 +25,5 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/ulikunitz/xz v0.5.15 // indirect
+	golang.org/x/crypto v0.59.0 // indirect
 )

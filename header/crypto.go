@@ -9,13 +9,7 @@ import (
 	"hash"
 	"strings"
 
-	"github.com/cryptimg/cryptimg/essiv"
-)
-
-const (
-	supportedCipherName = "aes"
-	supportedCipherMode = "cbc-essiv:sha256"
-	supportedCipherSpec = supportedCipherName + "-" + supportedCipherMode
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 // hashFunc returns the constructor for a LUKS hash-spec. Names are matched
@@ -48,42 +42,48 @@ func deriveKey(hashName string, password, salt []byte, iterations uint32, keyLen
 	return pbkdf2.Key(h, string(password), salt, int(iterations), keyLen)
 }
 
+// DefaultCipherSpec is the cipher cryptimg formats when none is asked for.
+const DefaultCipherSpec = "aes-cbc-essiv:sha256"
+
 // ParseCipherSpec splits a cryptsetup cipher specification such as
-// "aes-cbc-essiv:sha256" into the LUKS1 cipher-name and cipher-mode fields.
-// Only aes-cbc-essiv:sha256 is supported; anything else gives an
-// *UnsupportedCipherError.
+// "aes-xts-plain64" into the LUKS1 cipher-name and cipher-mode fields. A
+// specification package cipher does not support gives an
+// *UnsupportedCipherError that lists what is supported.
 func ParseCipherSpec(spec string) (cipherName, cipherMode string, err error) {
-	if spec != supportedCipherSpec {
+	m, err := cipher.Parse(spec)
+	if err != nil {
 		return "", "", &UnsupportedCipherError{Spec: spec}
 	}
-	return supportedCipherName, supportedCipherMode, nil
+	return m.Name, m.Mode, nil
 }
 
-func checkCipher(name, mode string) error {
-	if name != supportedCipherName || mode != supportedCipherMode {
-		return &UnsupportedCipherError{Spec: name + "-" + mode}
+// cipherMode finds the registered mode of a header's cipher fields.
+func cipherMode(name, mode string) (*cipher.Mode, error) {
+	m, err := cipher.Lookup(name, mode)
+	if err != nil {
+		return nil, &UnsupportedCipherError{Spec: name + "-" + mode}
 	}
-	return nil
+	return m, nil
 }
 
-// checkCipherKey checks the cipher and that keyBytes is a key size it takes
-// (AES: 16, 24 or 32 bytes). A header that names the supported cipher with
-// another key size is corrupt.
-func checkCipherKey(name, mode string, keyBytes uint32) error {
-	if err := checkCipher(name, mode); err != nil {
-		return err
-	}
-	switch keyBytes {
-	case 16, 24, 32:
-		return nil
-	}
-	return parseErrorf("key-bytes", "%d-byte key is invalid for %s (want 16, 24 or 32)", keyBytes, supportedCipherSpec)
-}
-
-// newCipher returns the sector cipher for a key of the header's cipher.
-func newCipher(name, mode string, key []byte) (*essiv.Cipher, error) {
-	if err := checkCipher(name, mode); err != nil {
+// checkCipherKey checks the cipher and that keyBytes is a key size it takes.
+// A header that names a supported cipher with another key size is corrupt.
+func checkCipherKey(name, mode string, keyBytes uint32) (*cipher.Mode, error) {
+	m, err := cipherMode(name, mode)
+	if err != nil {
 		return nil, err
 	}
-	return essiv.NewCipher(key)
+	if !m.ValidKey(int(keyBytes)) {
+		return nil, parseErrorf("key-bytes", "%d-bit key is invalid for %s (want %s)", keyBytes*8, m.Spec(), m.KeyBits())
+	}
+	return m, nil
+}
+
+// newCipher returns the sector cipher of a header's cipher fields for key.
+func newCipher(name, mode string, key []byte) (cipher.Sector, error) {
+	m, err := cipherMode(name, mode)
+	if err != nil {
+		return nil, err
+	}
+	return m.NewSector(key)
 }

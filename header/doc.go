@@ -18,8 +18,9 @@
 //     sizes). They never panic on malformed input.
 //   - Key material is encrypted with the header's own cipher, one 512-byte
 //     sector at a time with the IV sector restarting at 0 at the start of each
-//     slot's area. Only aes with cbc-essiv:sha256 is supported (through
-//     package essiv); other specs give an [UnsupportedCipherError]. PBKDF2 and
+//     slot's area. The ciphers are those of package cipher
+//     (aes-cbc-essiv:sha256, aes-xts-plain64, ...); other specs give an
+//     [UnsupportedCipherError]. PBKDF2 and
 //     the AF splitter support sha1, sha256 and sha512.
 //
 // Secrets handed back (volume keys, key material) belong to the caller, who

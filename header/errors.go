@@ -3,6 +3,9 @@ package header
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 var (
@@ -54,7 +57,7 @@ type UnsupportedCipherError struct {
 }
 
 func (e *UnsupportedCipherError) Error() string {
-	return fmt.Sprintf("unsupported cipher %q (supported: %s)", e.Spec, supportedCipherSpec)
+	return fmt.Sprintf("unsupported cipher %q (supported: %s)", e.Spec, strings.Join(cipher.Supported(), ", "))
 }
 
 // UnsupportedHashError reports a hash this package cannot use for PBKDF2 and

@@ -8,13 +8,15 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 // Defaults of Format, those of cryptsetup luksFormat --type luks1 with the
 // cipher this package supports.
 const (
 	DefaultHash         = "sha256"
-	DefaultKeyBytes     = 32
+	DefaultKeyBytes     = 32              // of the default cipher; each cipher has its own (cipher.Mode.DefaultKeyBytes)
 	DefaultIterTime     = 2 * time.Second // cryptsetup's LUKS1 --iter-time
 	DefaultAlignSectors = 2048            // 1 MiB, cryptsetup's DEFAULT_DISK_ALIGNMENT
 )
@@ -24,11 +26,11 @@ const (
 const mkDigestTime = 125 * time.Millisecond
 
 // Params are the choices of Format. The zero value gives cryptsetup's
-// defaults for aes-cbc-essiv:sha256.
+// defaults for aes-cbc-essiv:sha256 (DefaultCipherSpec).
 type Params struct {
-	CipherName, CipherMode string // default "aes", "cbc-essiv:sha256"; nothing else is supported
+	CipherName, CipherMode string // default "aes", "cbc-essiv:sha256"; any pair package cipher supports
 	Hash                   string // default "sha256"; sha1 and sha512 too; stored lower-case
-	KeyBytes               int    // volume key size: 16, 24 or 32; default 32
+	KeyBytes               int    // volume key size, one the cipher takes; default the cipher's (cryptsetup's)
 
 	// IterTime is the PBKDF2 time for a key slot; the master key digest gets
 	// 125 ms worth. Default 2 s.
@@ -62,13 +64,15 @@ func randReader(r io.Reader) io.Reader {
 
 // withDefaults fills the zero fields and checks the result.
 func (p Params) withDefaults() (Params, error) {
+	defName, defMode, _ := ParseCipherSpec(DefaultCipherSpec)
 	if p.CipherName == "" {
-		p.CipherName = supportedCipherName
+		p.CipherName = defName
 	}
 	if p.CipherMode == "" {
-		p.CipherMode = supportedCipherMode
+		p.CipherMode = defMode
 	}
-	if err := checkCipher(p.CipherName, p.CipherMode); err != nil {
+	m, err := cipherMode(p.CipherName, p.CipherMode)
+	if err != nil {
 		return p, err
 	}
 	if p.Hash == "" {
@@ -79,12 +83,10 @@ func (p Params) withDefaults() (Params, error) {
 		return p, err
 	}
 	if p.KeyBytes == 0 {
-		p.KeyBytes = DefaultKeyBytes
+		p.KeyBytes = m.DefaultKeyBytes
 	}
-	switch p.KeyBytes {
-	case 16, 24, 32:
-	default:
-		return p, fmt.Errorf("invalid key size %d bytes for %s (want 16, 24 or 32)", p.KeyBytes, supportedCipherSpec)
+	if !m.ValidKey(p.KeyBytes) {
+		return p, &cipher.KeySizeError{Mode: m, Size: p.KeyBytes}
 	}
 	if p.IterTime == 0 {
 		p.IterTime = DefaultIterTime

@@ -166,7 +166,8 @@ func TestFormatParams(t *testing.T) {
 		p     Params
 		check func(error) bool
 	}{
-		{"xts", Params{CipherMode: "xts-plain64"}, func(err error) bool { return errors.As(err, &uc) && uc.Spec == "aes-xts-plain64" }},
+		{"serpent", Params{CipherName: "serpent", CipherMode: "xts-plain64"}, func(err error) bool { return errors.As(err, &uc) && uc.Spec == "serpent-xts-plain64" }},
+		{"xts key 16", Params{CipherName: "aes", CipherMode: "xts-plain64", KeyBytes: 16}, func(err error) bool { return err != nil }},
 		{"twofish", Params{CipherName: "twofish"}, func(err error) bool { return errors.As(err, &uc) }},
 		{"ripemd160", Params{Hash: "ripemd160"}, func(err error) bool { return errors.As(err, &uh) && uh.Hash == "ripemd160" }},
 		{"key 8", Params{KeyBytes: 8}, func(err error) bool { return err != nil }},
@@ -199,7 +200,13 @@ func TestParseCipherSpec(t *testing.T) {
 	if err != nil || name != "aes" || mode != "cbc-essiv:sha256" {
 		t.Fatalf("ParseCipherSpec = %q %q %v", name, mode, err)
 	}
-	for _, spec := range []string{"aes-xts-plain64", "aes-cbc-plain", "aes", "", "AES-cbc-essiv:sha256", "aes-cbc-essiv:sha1"} {
+	for _, spec := range []string{"aes-xts-plain64", "aes-xts-plain", "aes-cbc-plain64", "aes-cbc-plain"} {
+		name, mode, err := ParseCipherSpec(spec)
+		if err != nil || name+"-"+mode != spec || name != "aes" {
+			t.Errorf("ParseCipherSpec(%q) = %q %q %v", spec, name, mode, err)
+		}
+	}
+	for _, spec := range []string{"serpent-xts-plain64", "aes-ecb", "aes", "", "AES-cbc-essiv:sha256", "aes-cbc-essiv:sha1"} {
 		var uc *UnsupportedCipherError
 		if _, _, err := ParseCipherSpec(spec); !errors.As(err, &uc) || uc.Spec != spec {
 			t.Errorf("ParseCipherSpec(%q) err %v, want *UnsupportedCipherError", spec, err)

@@ -6,20 +6,21 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 // NewSectorCipher returns the payload sector cipher for volumeKey. It fails
-// with an *UnsupportedCipherError unless the header's cipher is
-// aes-cbc-essiv:sha256, and with an error if the key is not KeyBytes long.
-func (h *Header) NewSectorCipher(volumeKey []byte) (*essiv.Cipher, error) {
-	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
+// with an *UnsupportedCipherError for a cipher package cipher does not
+// support, and with an error if the key is not KeyBytes long.
+func (h *Header) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
+	m, err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes)
+	if err != nil {
 		return nil, err
 	}
 	if len(volumeKey) != int(h.KeyBytes) {
 		return nil, fmt.Errorf("volume key is %d bytes, header says %d", len(volumeKey), h.KeyBytes)
 	}
-	return essiv.NewCipher(volumeKey)
+	return m.NewSector(volumeKey)
 }
 
 // VerifyVolumeKey reports whether vk matches the header's master key digest.
@@ -55,7 +56,7 @@ func checkSlotIndex(slot int) error {
 // are not supported, ErrCorrupt if key material lies past the end of r or the
 // key size does not suit the cipher, and I/O errors wrapped.
 func (h *Header) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error) {
-	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
+	if _, err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, -1, err
 	}
 	if _, err := hashFunc(h.HashSpec); err != nil {
@@ -161,7 +162,7 @@ func (h *Header) setKeySlot(slot int, passphrase, volumeKey []byte, iterations u
 	if iterations < MinIterations {
 		return nil, fmt.Errorf("%d iterations is below the minimum %d", iterations, MinIterations)
 	}
-	if err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
+	if _, err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, err
 	}
 	if len(volumeKey) != int(h.KeyBytes) {

@@ -94,16 +94,16 @@ func TestUnlockUnsupported(t *testing.T) {
 	t.Parallel()
 	h, vk, area := testFormat(t, "pw", Params{KeyBytes: 32}, "unsupported")
 	x := *h
-	x.CipherMode = "xts-plain64"
+	x.CipherName = "serpent"
 	var uc *UnsupportedCipherError
-	if _, _, err := x.Unlock(bytes.NewReader(area), 0, []byte("pw"), -1); !errors.As(err, &uc) || uc.Spec != "aes-xts-plain64" {
-		t.Errorf("xts Unlock: err %v, want *UnsupportedCipherError", err)
+	if _, _, err := x.Unlock(bytes.NewReader(area), 0, []byte("pw"), -1); !errors.As(err, &uc) || uc.Spec != "serpent-cbc-essiv:sha256" {
+		t.Errorf("serpent Unlock: err %v, want *UnsupportedCipherError", err)
 	}
 	if _, err := x.NewSectorCipher(vk); !errors.As(err, &uc) {
-		t.Errorf("xts NewSectorCipher: err %v", err)
+		t.Errorf("serpent NewSectorCipher: err %v", err)
 	}
 	if _, err := x.SetKeySlot(1, []byte("pw"), vk, MinIterations, nil); !errors.As(err, &uc) {
-		t.Errorf("xts SetKeySlot: err %v", err)
+		t.Errorf("serpent SetKeySlot: err %v", err)
 	}
 	z := *h
 	z.KeyBytes = 17

@@ -20,8 +20,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/cryptimg/cryptimg/essiv"
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
@@ -127,7 +127,7 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 
 // Key is an unlocked volume key with its sector cipher.
 type Key struct {
-	Cipher *essiv.Cipher
+	Cipher cipher.Sector
 	Slot   int // the key slot that matched
 	volume []byte
 }

@@ -12,8 +12,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cryptimg/cryptimg/essiv"
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
@@ -24,9 +24,13 @@ type ReencryptOptions struct {
 	// new volume key goes into the slots they open. Every other slot is
 	// removed.
 	Passphrases [][]byte
-	// KeyBytes and Hash of the new key; 0 and "" keep the current ones.
-	KeyBytes int
-	Hash     string
+	// CipherName and CipherMode of the new header ("aes", "xts-plain64");
+	// empty keeps the current cipher. KeyBytes and Hash of the new key; 0
+	// and "" keep the current ones, except that a new cipher that does not
+	// take the current key size gets its default one.
+	CipherName, CipherMode string
+	KeyBytes               int
+	Hash                   string
 	// IterTime and ForceIterations set the PBKDF2 cost of the new slots,
 	// as for header.Params.
 	IterTime        time.Duration
@@ -337,8 +341,8 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 
 // reencryptCiphers unlocks the old key from the image and the new one from
 // the journal's header area with the first passphrase that opens each.
-func reencryptCiphers(img File, loc *luksArea, oh, nh *header.Header, area []byte, passes [][]byte) (oldC, newC *essiv.Cipher, err error) {
-	unlock := func(h *header.Header, r io.ReaderAt, base int64) (*essiv.Cipher, error) {
+func reencryptCiphers(img File, loc *luksArea, oh, nh *header.Header, area []byte, passes [][]byte) (oldC, newC cipher.Sector, err error) {
+	unlock := func(h *header.Header, r io.ReaderAt, base int64) (cipher.Sector, error) {
 		err := header.ErrNoMatchingKeyslot
 		for _, p := range passes {
 			var vk []byte
@@ -411,6 +415,12 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	}
 	if o.Hash != "" {
 		p.Hash = o.Hash
+	}
+	if o.CipherName != "" || o.CipherMode != "" {
+		p.CipherName, p.CipherMode = o.CipherName, o.CipherMode
+		if m, err := cipher.Lookup(p.CipherName, p.CipherMode); err == nil && !m.ValidKey(p.KeyBytes) {
+			p.KeyBytes = m.DefaultKeyBytes
+		}
 	}
 	if o.KeyBytes != 0 {
 		p.KeyBytes = o.KeyBytes

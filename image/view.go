@@ -11,8 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cryptimg/cryptimg/essiv"
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 var (
@@ -102,11 +102,11 @@ const (
 type rawView struct {
 	viewCore
 	f    *os.File
-	c    *essiv.Cipher
+	c    cipher.Sector
 	base int64
 }
 
-func newRawView(f *os.File, c *essiv.Cipher, base, size int64, readOnly bool) *rawView {
+func newRawView(f *os.File, c cipher.Sector, base, size int64, readOnly bool) *rawView {
 	v := &rawView{f: f, c: c, base: base}
 	v.viewCore = viewCore{size: size, readOnly: readOnly, flush: f.Sync}
 	v.bufs.size = viewChunk + 2*SectorSize

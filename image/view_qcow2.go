@@ -7,7 +7,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
@@ -22,13 +22,13 @@ import (
 type qcowView struct {
 	viewCore
 	f     *os.File
-	c     *essiv.Cipher
+	c     cipher.Sector
 	ed    *qcow2.Editor
 	cs    int64
 	alloc sync.Mutex // serialises allocations (and their re-checks)
 }
 
-func newQcowView(f *os.File, c *essiv.Cipher, fileSize int64, readOnly bool) (*qcowView, error) {
+func newQcowView(f *os.File, c cipher.Sector, fileSize int64, readOnly bool) (*qcowView, error) {
 	ed, err := qcow2.OpenEdit(f, fileSize)
 	if err != nil {
 		return nil, err

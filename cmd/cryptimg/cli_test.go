@@ -126,7 +126,7 @@ func TestBadInput(t *testing.T) {
 		{"existing output", []string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000", plain, existing}, exitFailure, "--force"},
 		{"same file", []string{"encrypt", "-d", key, "--force", plain, plain}, exitFailure, "same file"},
 		{"odd size", []string{"encrypt", "-d", key, odd, filepath.Join(dir, "o5")}, exitFailure, "multiple of 512"},
-		{"cipher", []string{"encrypt", "-d", key, "--cipher", "aes-xts-plain64", plain, filepath.Join(dir, "o6")}, exitFailure, "aes-cbc-essiv:sha256"},
+		{"cipher", []string{"encrypt", "-d", key, "--cipher", "serpent-xts-plain64", plain, filepath.Join(dir, "o6")}, exitFailure, "aes-cbc-essiv:sha256"},
 		{"key size", []string{"encrypt", "-d", key, "--key-size", "512", plain, filepath.Join(dir, "o7")}, exitFailure, "128, 192 or 256"},
 		{"hash", []string{"encrypt", "-d", key, "--hash", "md5", plain, filepath.Join(dir, "o8")}, exitFailure, "sha1, sha256 or sha512"},
 		{"iterations", []string{"encrypt", "-d", key, "--pbkdf-force-iterations", "999", plain, filepath.Join(dir, "o9")}, exitFailure, "1000"},

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -68,8 +70,8 @@ and renamed only when complete.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
-	f.StringVarP(&o.cipher, "cipher", "c", "aes-cbc-essiv:sha256", "cipher specification")
-	f.IntVarP(&o.keySize, "key-size", "s", 256, "volume key size in bits: 128, 192 or 256")
+	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
+	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
 	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
 	f.IntVarP(&o.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the key slot, in milliseconds")
 	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, "use exactly this many PBKDF2 iterations (at least 1000) instead of benchmarking")
@@ -87,13 +89,26 @@ and renamed only when complete.
 
 var supportedHashes = []string{"sha1", "sha256", "sha512"}
 
+// cipherChoice checks --cipher and --key-size (in bits; 0 = the cipher's
+// default) and returns the LUKS1 cipher fields and key length.
+func cipherChoice(spec string, bits int) (name, mode string, keyBytes int, err error) {
+	m, err := cipher.Parse(spec)
+	if err != nil {
+		return "", "", 0, &header.UnsupportedCipherError{Spec: spec}
+	}
+	if bits == 0 {
+		return m.Name, m.Mode, m.DefaultKeyBytes, nil
+	}
+	if bits%8 != 0 || !m.ValidKey(bits/8) {
+		return "", "", 0, usagef("unsupported --key-size %d for %s: use %s", bits, m.Spec(), m.KeyBits())
+	}
+	return m.Name, m.Mode, bits / 8, nil
+}
+
 func (o encryptOptions) params() (header.Params, error) {
-	name, mode, err := header.ParseCipherSpec(o.cipher)
+	name, mode, keyBytes, err := cipherChoice(o.cipher, o.keySize)
 	if err != nil {
 		return header.Params{}, err
-	}
-	if o.keySize != 128 && o.keySize != 192 && o.keySize != 256 {
-		return header.Params{}, usagef("unsupported --key-size %d: use 128, 192 or 256", o.keySize)
 	}
 	if !slices.Contains(supportedHashes, o.hash) {
 		return header.Params{}, usagef("unsupported --hash %q: use sha1, sha256 or sha512", o.hash)
@@ -108,7 +123,7 @@ func (o encryptOptions) params() (header.Params, error) {
 		CipherName:      name,
 		CipherMode:      mode,
 		Hash:            o.hash,
-		KeyBytes:        o.keySize / 8,
+		KeyBytes:        keyBytes,
 		IterTime:        time.Duration(o.iterTime) * time.Millisecond,
 		ForceIterations: o.forceIterations,
 		UUID:            o.uuid,

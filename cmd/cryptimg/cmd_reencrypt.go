@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -18,6 +20,7 @@ type reencryptOptions struct {
 	key     keyOptions
 	keep    []string
 	keySize int
+	cipher  string
 	hash    string
 	pbkdf   pbkdfOptions
 	resume  bool
@@ -37,8 +40,9 @@ the old one. Changing passphrases does not change the volume key; this does.
 
 The new key goes into the key slots opened by --key-file and by each
 --keep-key-file; every other key slot is removed, after confirmation on a
-terminal or with --batch-mode. --key-size and --hash may change the key size
-and the hash of the new header.
+terminal or with --batch-mode. --cipher, --key-size and --hash may change the
+cipher, the key size and the hash of the new header; a new --cipher without
+--key-size gets that cipher's default key size.
 
 The operation is crash-safe. Progress is kept in IMAGE.cryptimg-journal (mode
 0600; it holds the new key only wrapped by your passphrase), and the header
@@ -61,7 +65,8 @@ the image.
 	f := cmd.Flags()
 	o.key.addFlags(f)
 	f.StringArrayVar(&o.keep, "keep-key-file", nil, "also keep the key slot this key file opens (repeatable)")
-	f.IntVarP(&o.keySize, "key-size", "s", 0, "new volume key size in bits: 128, 192 or 256 (default: unchanged)")
+	f.StringVarP(&o.cipher, "cipher", "c", "", "new cipher specification: "+strings.Join(cipher.Supported(), ", ")+" (default: unchanged)")
+	f.IntVarP(&o.keySize, "key-size", "s", 0, "new volume key size in bits, one the cipher takes (default: unchanged, or the new cipher's default)")
 	f.StringVar(&o.hash, "hash", "", "new hash for PBKDF2 and the AF splitter: sha1, sha256 or sha512 (default: unchanged)")
 	o.pbkdf.addFlags(f)
 	f.BoolVar(&o.resume, "resume", false, "only continue an interrupted reencryption; fail if there is none")
@@ -108,8 +113,16 @@ func checkHotzone(n int64) error {
 }
 
 func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path string) error {
-	if o.keySize != 0 && o.keySize != 128 && o.keySize != 192 && o.keySize != 256 {
-		return usagef("unsupported --key-size %d: use 128, 192 or 256", o.keySize)
+	var cipherName, cipherMode string
+	keyBytes := o.keySize / 8
+	if o.cipher != "" {
+		var err error
+		if cipherName, cipherMode, keyBytes, err = cipherChoice(o.cipher, o.keySize); err != nil {
+			return err
+		}
+	} else if o.keySize%8 != 0 {
+		// Otherwise the image's cipher decides; header.Format checks it.
+		return usagef("unsupported --key-size %d", o.keySize)
 	}
 	if o.hash != "" && !slices.Contains(supportedHashes, o.hash) {
 		return usagef("unsupported --hash %q: use sha1, sha256 or sha512", o.hash)
@@ -169,7 +182,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	prog := g.newProgress("reencrypt")
 	start := time.Now()
 	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), image.ReencryptOptions{
-		Passphrases: passes, KeyBytes: o.keySize / 8, Hash: o.hash,
+		Passphrases: passes, CipherName: cipherName, CipherMode: cipherMode, KeyBytes: keyBytes, Hash: o.hash,
 		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
 		Confirm: func(removed []int) error {
 			if len(removed) == 0 {
