@@ -189,3 +189,80 @@ func decryptAESNI(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorS
 	decAESNI(k.rounds, &k.dec[0], ivk.rounds, &ivk.enc[0], &dst[0], &src[0],
 		firstSector, uint64(sectorSize/512), sectorSize, n)
 }
+
+// The XTS kernels also need carry-less multiplication for the tweaks:
+// PCLMULQDQ on xmm, VPCLMULQDQ (CPUID.(EAX=7,ECX=0):ECX bit 10) on ymm.
+var (
+	hasPCLMUL  = cpu.X86.HasPCLMULQDQ
+	hasVPCLMUL = hasVAES && cpuHasVPCLMUL()
+)
+
+func cpuHasVPCLMUL() bool {
+	maxLeaf, _, _, _ := cpuidAsm(0, 0)
+	if maxLeaf < 7 {
+		return false
+	}
+	_, _, ecx, _ := cpuidAsm(7, 0)
+	return ecx&(1<<10) != 0
+}
+
+// The zmm kernels need AVX-512F and BW (byte shifts on zmm), VAES and
+// VPCLMULQDQ on zmm; x/sys/cpu also checks that the OS saves the zmm state.
+var hasAVX512XTS = hasVPCLMUL && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+	cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ
+
+// xtsArchImpls lists the amd64 XTS kernels this CPU supports, best first.
+func xtsArchImpls() []XTSImpl {
+	var impls []XTSImpl
+	if hasAVX512XTS {
+		impls = append(impls, XTSImpl{Name: "vaes-avx512", Encrypt: xtsEncryptAVX512, Decrypt: xtsDecryptAVX512})
+	}
+	if hasVPCLMUL {
+		impls = append(impls, XTSImpl{Name: "vaes-avx2", Encrypt: xtsEncryptVAES, Decrypt: xtsDecryptVAES})
+	}
+	if hasAESNI && hasPCLMUL {
+		impls = append(impls, XTSImpl{Name: "aesni", Encrypt: xtsEncryptAESNI, Decrypt: xtsDecryptAESNI})
+	}
+	return impls
+}
+
+type xtsKernel func(nr int, xk *byte, mask uint64, txk *byte, dst, src *byte, first, step uint64, ss int, n int)
+
+// xtsCall runs a kernel over the whole batch. The kernels process 512
+// (zmm), 256 (ymm) or 128 (xmm) bytes per iteration; the sector size must
+// be a multiple of 512, as LUKS sectors are.
+func xtsCall(f xtsKernel, xk *byte, k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	if ss <= 0 || ss%512 != 0 {
+		panic("asm: XTS sector size is not a positive multiple of 512")
+	}
+	n := len(src) / ss
+	if n == 0 {
+		return
+	}
+	_ = dst[len(src)-1]
+	f(k.rounds, xk, mask, &tk.enc[0], &dst[0], &src[0], first, uint64(ss/512), ss, n)
+}
+
+func xtsEncryptAVX512(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsEncAVX512, &k.enc[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsDecryptAVX512(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsDecAVX512, &k.dec[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsEncryptVAES(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsEncVAES, &k.enc[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsDecryptVAES(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsDecVAES, &k.dec[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsEncryptAESNI(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsEncAESNI, &k.enc[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsDecryptAESNI(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCall(xtsDecAESNI, &k.dec[0], k, tk, dst, src, first, mask, ss)
+}

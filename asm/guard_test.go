@@ -80,3 +80,45 @@ func TestGuardPages(t *testing.T) {
 		}
 	}
 }
+
+// The XTS kernels stay inside their buffers too.
+func TestXTSGuardPages(t *testing.T) {
+	key := make([]byte, 64)
+	rand.Read(key)
+	k, tk := newSchedules(t, key[:32])
+	tk, _ = NewSchedule(key[32:])
+	maxLen := 33 * 4096
+	srcMem, dstMem := guarded(t, maxLen), guarded(t, maxLen)
+	for _, impl := range XTSImplementations() {
+		for _, ss := range []int{512, 4096} {
+			for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 33} {
+				size := ss * n
+				plain := make([]byte, size)
+				rand.Read(plain)
+				want := make([]byte, size)
+				GenericXTS.Encrypt(k, tk, want, plain, 5, ^uint64(0), ss)
+				for _, l := range []struct {
+					name     string
+					src, dst []byte
+				}{
+					{"src-end/dst-start", srcMem[len(srcMem)-size:], dstMem[:size]},
+					{"src-start/dst-end", srcMem[:size], dstMem[len(dstMem)-size:]},
+					{"inplace-end", srcMem[len(srcMem)-size:], srcMem[len(srcMem)-size:]},
+					{"inplace-start", dstMem[:size], dstMem[:size]},
+				} {
+					name := fmt.Sprintf("%s/ss%d/n%d/%s", impl.Name, ss, n, l.name)
+					copy(l.src, plain)
+					impl.Encrypt(k, tk, l.dst, l.src, 5, ^uint64(0), ss)
+					if !bytes.Equal(l.dst, want) {
+						t.Fatalf("%s: encrypt differs from generic", name)
+					}
+					copy(l.src, want)
+					impl.Decrypt(k, tk, l.dst, l.src, 5, ^uint64(0), ss)
+					if !bytes.Equal(l.dst, plain) {
+						t.Fatalf("%s: decrypt differs from the plaintext", name)
+					}
+				}
+			}
+		}
+	}
+}

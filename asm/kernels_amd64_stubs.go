@@ -112,3 +112,39 @@ func decAESNI(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, firs
 //
 //go:noescape
 func decVAES(nr int, xk *byte, ivnr int, ivxk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsEncAESNI encrypts n consecutive sectors of ss bytes with AES-XTS, the
+// initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsEncAESNI(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsDecAESNI decrypts n consecutive sectors of ss bytes with AES-XTS, the
+// initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsDecAESNI(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsEncVAES encrypts n consecutive sectors of ss bytes with AES-XTS, the
+// initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsEncVAES(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsDecVAES decrypts n consecutive sectors of ss bytes with AES-XTS, the
+// initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsDecVAES(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsEncAVX512 encrypts n consecutive sectors of ss bytes with AES-XTS on zmm
+// registers, the initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsEncAVX512(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
+
+// xtsDecAVX512 decrypts n consecutive sectors of ss bytes with AES-XTS on zmm
+// registers, the initial tweak of sector j being AES_txk(le64((first + j*step) & mask) || 0).
+//
+//go:noescape
+func xtsDecAVX512(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)

@@ -1,4 +1,5 @@
-// Command _asm generates the amd64 ESSIV kernels of package asm with avo.
+// Command _asm generates the amd64 ESSIV and XTS kernels of package asm with
+// avo. The XTS kernels are described in xts_amd64_asm.go.
 //
 // Kernel families:
 //
@@ -67,6 +68,12 @@ func main() {
 	encSkewed("encSkew4Lanes8VAES", avxY, 4, 4)
 	decSectors("decAESNI", sse)
 	decSectors("decVAES", avxY)
+	xtsSectors("xtsEncAESNI", sse, false)
+	xtsSectors("xtsDecAESNI", sse, true)
+	xtsSectors("xtsEncVAES", avxY, false)
+	xtsSectors("xtsDecVAES", avxY, true)
+	xtsSectorsZ("xtsEncAVX512", false)
+	xtsSectorsZ("xtsDecAVX512", true)
 
 	Generate()
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cryptimg/cryptimg/asm"
 	"github.com/cryptimg/cryptimg/essiv"
 	"golang.org/x/crypto/xts"
 )
@@ -101,10 +102,15 @@ func TestXTSVectors(t *testing.T) {
 			"4444444444444444444444444444444444444444444444444444444444444444",
 			"af85336b597afc1a900b2eb21ec949d292df4c047e0b21532186a5971a227a89"},
 	} {
-		c := mustSector(t, "aes-xts-plain64", unhex(t, v.key)).(*xtsCipher)
+		// The vectors' data units are 32 bytes; the kernels take whole
+		// LUKS sectors, so the generic code checks them.
+		c, err := newXTS(unhex(t, v.key), ^uint64(0), asm.GenericXTS)
+		if err != nil {
+			t.Fatal(err)
+		}
 		pt, ct := unhex(t, v.pt), unhex(t, v.ct)
 		got := make([]byte, len(pt))
-		c.c.Encrypt(got, pt, v.sector)
+		asm.GenericXTS.Encrypt(c.k, c.tk, got, pt, v.sector, ^uint64(0), len(pt))
 		if !bytes.Equal(got, ct) {
 			t.Errorf("vector %d: got %x, want %x", i+1, got, ct)
 		}

@@ -1,9 +1,7 @@
 package cipher
 
 import (
-	"crypto/aes"
-
-	"golang.org/x/crypto/xts"
+	"github.com/cryptimg/cryptimg/asm"
 )
 
 // aes-xts-plain64 and aes-xts-plain: XTS-AES (IEEE 1619) with the tweak
@@ -11,7 +9,8 @@ import (
 // to 16 bytes, as dm-crypt's plain64 and plain IV generators make it. The
 // volume key is the data key followed by the tweak key, so a 512-bit key is
 // AES-256-XTS. cryptsetup 2.6.1's LUKS1 default is aes-xts-plain64 with 512
-// bits (measured: luksFormat --type luks1 without --key-size).
+// bits (measured: luksFormat --type luks1 without --key-size). The sector
+// kernels are package asm's.
 func init() {
 	for _, m := range []struct {
 		mode string
@@ -19,39 +18,47 @@ func init() {
 	}{{"xts-plain64", ^uint64(0)}, {"xts-plain", 1<<32 - 1}} {
 		mask := m.mask
 		register(&Mode{Name: "aes", Mode: m.mode, KeyBytes: []int{32, 48, 64}, DefaultKeyBytes: 64,
-			New: func(key []byte) (Sector, error) {
-				c, err := xts.NewCipher(aes.NewCipher, key)
-				if err != nil {
-					return nil, err
-				}
-				return &xtsCipher{c: c, mask: mask}, nil
-			}})
+			New: func(key []byte) (Sector, error) { return newXTS(key, mask, asm.BestXTS()) }})
 	}
 }
 
 type xtsCipher struct {
-	c    *xts.Cipher
-	mask uint64 // sector bits the IV keeps
+	k, tk *asm.Schedule // data and tweak keys
+	mask  uint64        // sector bits the IV keeps
+	impl  asm.XTSImpl
+}
+
+func newXTS(key []byte, mask uint64, impl asm.XTSImpl) (*xtsCipher, error) {
+	k, err := asm.NewSchedule(key[:len(key)/2])
+	if err != nil {
+		return nil, err
+	}
+	tk, err := asm.NewSchedule(key[len(key)/2:])
+	if err != nil {
+		return nil, err
+	}
+	return &xtsCipher{k: k, tk: tk, mask: mask, impl: impl}, nil
 }
 
 func (x *xtsCipher) EncryptSectors(dst, src []byte, first uint64, sectorSize int) {
 	check("cipher: xts", dst, src, sectorSize)
-	step := uint64(sectorSize / 512)
-	for off := 0; off < len(src); off += sectorSize {
-		x.c.Encrypt(dst[off:off+sectorSize], src[off:off+sectorSize], first&x.mask)
-		first += step
+	if len(src) > 0 {
+		x.impl.Encrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
 	}
 }
 
 func (x *xtsCipher) DecryptSectors(dst, src []byte, first uint64, sectorSize int) {
 	check("cipher: xts", dst, src, sectorSize)
-	step := uint64(sectorSize / 512)
-	for off := 0; off < len(src); off += sectorSize {
-		x.c.Decrypt(dst[off:off+sectorSize], src[off:off+sectorSize], first&x.mask)
-		first += step
+	if len(src) > 0 {
+		x.impl.Decrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
 	}
 }
 
-// Clear drops the key schedules. crypto/aes offers no way to wipe them; they
-// are left to the garbage collector.
-func (x *xtsCipher) Clear() { x.c = nil }
+// Clear overwrites the round keys.
+func (x *xtsCipher) Clear() {
+	x.k.Clear()
+	x.tk.Clear()
+}
+
+// Implementation names the XTS kernel in use.
+func (x *xtsCipher) Implementation() string { return x.impl.Name }
