@@ -17,6 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/cryptimg/cryptimg/image"
 )
@@ -531,9 +532,9 @@ func reportReady(child bool, err error) {
 	f.Close()
 	// Detach from the parent's stdio: it is gone or going.
 	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
-		syscall.Dup2(int(null.Fd()), 0)
-		syscall.Dup2(int(null.Fd()), 1)
-		syscall.Dup2(int(null.Fd()), 2)
+		unix.Dup2(int(null.Fd()), 0)
+		unix.Dup2(int(null.Fd()), 1)
+		unix.Dup2(int(null.Fd()), 2)
 		null.Close()
 	}
 }
