@@ -9,9 +9,10 @@ import (
 func TestBenchmarkCommand(t *testing.T) {
 	r := mustRun(t, "benchmark", "--json", "--time", "2ms", "--key-size", "128,256", "--sizes", "16,512,1472")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	// 2 key sizes x 2 directions x (3 sizes + the batch row).
-	if len(lines) != 16 {
-		t.Fatalf("%d JSON lines, want 16:\n%s", len(lines), r.stdout)
+	// ESSIV: 2 key sizes x 2 directions x (3 sizes + 2 batch rows); XTS:
+	// 2 key sizes x 2 directions x (2 sizes + 2 batch rows).
+	if len(lines) != 20+16 {
+		t.Fatalf("%d JSON lines, want 36:\n%s", len(lines), r.stdout)
 	}
 	seen := map[string]bool{}
 	for _, l := range lines {
@@ -25,16 +26,27 @@ func TestBenchmarkCommand(t *testing.T) {
 		if got := row.OpsPerSec / row.StdOpsPerSec; got < row.SpeedupStdlib*0.999 || got > row.SpeedupStdlib*1.001 {
 			t.Errorf("speedup %v does not match the rates %+v", row.SpeedupStdlib, row)
 		}
-		seen[row.Op+"/"+itoa(row.KeyBits)+"/"+itoa(row.Bytes)] = true
+		if (row.Cipher == "aes-xts-plain64" && row.Batch > 1) != (row.EssivRatio > 0) {
+			t.Errorf("ESSIV ratio only and always on XTS batch rows: %+v", row)
+		}
+		seen[row.Cipher+"/"+row.Op+"/"+itoa(row.KeyBits)+"/"+itoa(row.Bytes)] = true
 	}
-	for _, k := range []string{"encrypt/128/16", "decrypt/256/1472", "encrypt/256/1048576"} {
+	for _, k := range []string{"aes-cbc-essiv:sha256/encrypt/128/16", "aes-cbc-essiv:sha256/decrypt/256/1472",
+		"aes-cbc-essiv:sha256/encrypt/256/1048576", "aes-xts-plain64/decrypt/512/4096", "aes-xts-plain64/encrypt/256/1048576"} {
 		if !seen[k] {
 			t.Errorf("no row for %s", k)
 		}
 	}
-	r = mustRun(t, "benchmark", "--time", "1ms", "--key-size", "192", "--sizes", "4096")
-	if !strings.Contains(r.stdout, "essiv(cbc(aes),sha256)") || !strings.Contains(r.stdout, " 192 decrypt      4096") {
+	r = mustRun(t, "benchmark", "--time", "1ms", "--key-size", "192", "--sizes", "4096", "--cipher", "essiv")
+	if !strings.Contains(r.stdout, "essiv(cbc(aes),sha256)") || !strings.Contains(r.stdout, " 192 decrypt      4096") || strings.Contains(r.stdout, "xts") {
 		t.Errorf("table:\n%s", r.stdout)
+	}
+	r = mustRun(t, "benchmark", "--time", "1ms", "--cipher", "xts")
+	if !strings.Contains(r.stdout, "xts(aes)") || !strings.Contains(r.stdout, " 512 decrypt   1048576    256") || strings.Contains(r.stdout, "essiv(cbc") {
+		t.Errorf("xts table:\n%s", r.stdout)
+	}
+	if r := cryptimg(t, "", "benchmark", "--cipher", "twofish"); r.code != exitFailure {
+		t.Errorf("unknown --cipher: exit %d", r.code)
 	}
 	if r := cryptimg(t, "", "benchmark", "--sizes", "100"); r.code != exitFailure {
 		t.Errorf("a size that is not a multiple of 16: exit %d", r.code)
