@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/cryptimg/cryptimg/image/qcow2"
-	"golang.org/x/sys/unix"
+	"github.com/cryptimg/cryptimg/sectors"
 )
 
 // ErrNotEncrypted reports a qcow2 image without LUKS encryption where an
@@ -85,34 +85,12 @@ func (p *Plain) dataMap() []Range {
 	return p.ranges
 }
 
-// dataRanges lists the parts of f that are not holes, by SEEK_DATA and
-// SEEK_HOLE; where the file system cannot tell, all of it.
+// dataRanges lists the parts of f that are not holes (package sectors asks
+// the file system).
 func dataRanges(f *os.File, size int64) []Range {
 	var rs []Range
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return []Range{{0, size}}
-	}
-	fd := -1
-	if rc.Control(func(p uintptr) { fd = int(p) }) != nil || fd < 0 {
-		return []Range{{0, size}}
-	}
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if err != nil {
-			if errors.Is(err, unix.ENXIO) { // no data after off
-				break
-			}
-			return []Range{{0, size}}
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil || hole > size {
-			hole = size
-		}
-		if hole > data {
-			rs = appendRange(rs, Range{data, hole - data})
-		}
-		off = hole
+	for _, s := range sectors.DataSpans(f, size) {
+		rs = append(rs, Range(s))
 	}
 	return rs
 }

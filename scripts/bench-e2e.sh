@@ -21,8 +21,12 @@ go build -C "$root" -tags purego -o "$dir/cryptimg-purego" ./cmd/cryptimg
 printf 'benchmark passphrase' > key
 head -c $((size_mib << 20)) /dev/urandom > plain.raw
 ./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 plain.raw enc.luks
+X='--cipher aes-xts-plain64 --key-size 512'
+./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 $X plain.raw xts.luks
 S="--object secret,id=sec0,file=$dir/key"
 L='key-secret=sec0,cipher-alg=aes-256,cipher-mode=cbc,ivgen-alg=essiv,ivgen-hash-alg=sha256,hash-alg=sha256,iter-time=10'
+# qemu-img's own default: aes-256 xts plain64, as cryptimg's $X.
+LX='key-secret=sec0,iter-time=10'
 
 # measure NAME CMD...: appends "wall user sys maxrss_kib" to NAME.times.
 measure() {
@@ -42,6 +46,10 @@ for r in $(seq 1 "$rounds"); do
   measure decrypt ./cryptimg decrypt --quiet -d key enc.luks out.dec
   measure qemu-encrypt qemu-img convert $S -f raw -O luks -o "$L" plain.raw out.qenc
   measure qemu-decrypt qemu-img convert $S --image-opts "driver=luks,key-secret=sec0,file.filename=$dir/enc.luks" -O raw out.qdec
+  measure xts-encrypt ./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 $X plain.raw out.xenc
+  measure xts-decrypt ./cryptimg decrypt --quiet -d key xts.luks out.xdec
+  measure qemu-xts-encrypt qemu-img convert $S -f raw -O luks -o "$LX" plain.raw out.qxenc
+  measure qemu-xts-decrypt qemu-img convert $S --image-opts "driver=luks,key-secret=sec0,file.filename=$dir/xts.luks" -O raw out.qxdec
   measure purego-j1 ./cryptimg-purego encrypt --quiet -j 1 -d key --pbkdf-force-iterations 1000 plain.raw out.p1
   measure purego-j2 ./cryptimg-purego encrypt --quiet -j 2 -d key --pbkdf-force-iterations 1000 plain.raw out.p2
 done
@@ -66,7 +74,7 @@ echo "# end-to-end, ${size_mib} MiB random raw image on tmpfs, median of $rounds
 echo
 echo "| job | wall s | wall s/GiB | user s/GiB | sys s/GiB | wall ÷ dd | peak RSS MiB |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
-for n in dd encrypt decrypt qemu-encrypt qemu-decrypt purego-j1 purego-j2; do
+for n in dd encrypt decrypt qemu-encrypt qemu-decrypt xts-encrypt xts-decrypt qemu-xts-encrypt qemu-xts-decrypt purego-j1 purego-j2; do
   w=$(col $n 1); u=$(col $n 2); s=$(col $n 3); m=$(col $n 4)
   echo "| $n | $w | $(per "$w") | $(per "$u") | $(per "$s") | $(ratio "$w" "$dd_wall") | $((m / 1024)) |"
 done
@@ -77,12 +85,16 @@ echo "- cryptimg encrypt ÷ dd: $(ratio "$(col encrypt 1)" "$dd_wall") [$(paired
 echo "- cryptimg decrypt ÷ dd: $(ratio "$(col decrypt 1)" "$dd_wall") [$(paired decrypt dd)]"
 echo "- qemu-img encrypt ÷ cryptimg encrypt: $(ratio "$(col qemu-encrypt 1)" "$(col encrypt 1)")× [$(paired qemu-encrypt encrypt)]"
 echo "- qemu-img decrypt ÷ cryptimg decrypt: $(ratio "$(col qemu-decrypt 1)" "$(col decrypt 1)")× [$(paired qemu-decrypt decrypt)]"
+echo "- cryptimg xts encrypt ÷ dd: $(ratio "$(col xts-encrypt 1)" "$dd_wall") [$(paired xts-encrypt dd)]"
+echo "- cryptimg xts decrypt ÷ dd: $(ratio "$(col xts-decrypt 1)" "$dd_wall") [$(paired xts-decrypt dd)]"
+echo "- qemu-img xts encrypt ÷ cryptimg xts encrypt: $(ratio "$(col qemu-xts-encrypt 1)" "$(col xts-encrypt 1)")× [$(paired qemu-xts-encrypt xts-encrypt)]"
+echo "- qemu-img xts decrypt ÷ cryptimg xts decrypt: $(ratio "$(col qemu-xts-decrypt 1)" "$(col xts-decrypt 1)")× [$(paired qemu-xts-decrypt xts-decrypt)]"
 echo "- purego --jobs 1 ÷ --jobs 2: $(ratio "$(col purego-j1 1)" "$(col purego-j2 1)")× [$(paired purego-j1 purego-j2)]"
 
 # Peak RSS for a 4 GiB image at the default --jobs: dense (the random image
 # four times over, so every byte is read and written), then sparse (holes
 # are skipped, a different path).
-rm -f enc.luks
+rm -f enc.luks xts.luks
 for _ in 1 2 3 4; do cat plain.raw; done > big.raw
 /usr/bin/time -f '%M' -o t.$$ ./cryptimg encrypt --quiet -d key --pbkdf-force-iterations 1000 big.raw big.luks
 echo "- peak RSS encrypting a dense 4 GiB image (default --jobs): $(( $(cat t.$$) / 1024 )) MiB"

@@ -85,3 +85,38 @@ func (h *holeFinder) find(abs int64) {
 func (h *holeFinder) disable() {
 	h.start, h.end, h.hole = math.MinInt64, math.MaxInt64, false
 }
+
+// Span is a byte range [Offset, Offset+Length).
+type Span struct{ Offset, Length int64 }
+
+// DataSpans lists the parts of f below size that hold data, by SEEK_DATA
+// and SEEK_HOLE, merged where they touch. Where the file system or the
+// platform cannot tell, it returns all of [0, size).
+func DataSpans(f *os.File, size int64) []Span {
+	all := []Span{{0, size}}
+	fd, ok := fileFD(f)
+	if !ok {
+		return all
+	}
+	var spans []Span
+	for off := int64(0); off < size; {
+		data, ok, err := seekData(fd, off)
+		if err != nil {
+			return all
+		}
+		if !ok || data >= size {
+			break
+		}
+		hole, err := seekHole(fd, data)
+		if err != nil || hole > size {
+			hole = size
+		}
+		if n := len(spans); n > 0 && spans[n-1].Offset+spans[n-1].Length == data {
+			spans[n-1].Length += hole - data
+		} else if hole > data {
+			spans = append(spans, Span{data, hole - data})
+		}
+		off = hole
+	}
+	return spans
+}

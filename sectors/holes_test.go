@@ -337,3 +337,18 @@ func TestNoAllocsPerChunkFile(t *testing.T) {
 		t.Errorf("%.3f allocations per chunk, want 0", perChunk)
 	}
 }
+
+func TestDataSpans(t *testing.T) {
+	const M = 1 << 20
+	f := sparseFile(t, 8*M, [2]int64{0, 64 << 10}, [2]int64{2 * M, 2*M + 4096}, [2]int64{5 * M, 6 * M})
+	requireHoles(t, f)
+	got := DataSpans(f, 8*M)
+	want := []Span{{0, 64 << 10}, {2 * M, 4096}, {5 * M, M}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DataSpans = %v, want %v", got, want)
+	}
+	// A limit inside the last data segment cuts it.
+	if got := DataSpans(f, 5*M+512); fmt.Sprint(got) != fmt.Sprint([]Span{{0, 64 << 10}, {2 * M, 4096}, {5 * M, 512}}) {
+		t.Fatalf("DataSpans to 5M+512 = %v", got)
+	}
+}
