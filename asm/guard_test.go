@@ -85,8 +85,8 @@ func TestGuardPages(t *testing.T) {
 func TestXTSGuardPages(t *testing.T) {
 	key := make([]byte, 64)
 	rand.Read(key)
-	k, tk := newSchedules(t, key[:32])
-	tk, _ = NewSchedule(key[32:])
+	k, _ := NewSchedule(key[:32])
+	tk, _ := NewSchedule(key[32:])
 	maxLen := 33 * 4096
 	srcMem, dstMem := guarded(t, maxLen), guarded(t, maxLen)
 	for _, impl := range XTSImplementations() {

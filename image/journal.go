@@ -57,7 +57,6 @@ func Sidecar(path string) JournalStore { return sidecar{path: path + JournalSuff
 
 type sidecar struct {
 	path string
-	f    *os.File
 }
 
 func (s sidecar) Name() string { return s.path }

@@ -13,7 +13,6 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 type reencryptOptions struct {
@@ -82,7 +81,7 @@ func lockImage(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := tryLock(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s is locked by another process", image.ErrBusy, path)
 	}

@@ -1,0 +1,120 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cryptimg/cryptimg/image"
+)
+
+// startBackground re-runs open in a detached child that takes the
+// unlocked volume key through a pipe, and returns once the child says the
+// mount is ready (or why it failed).
+func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.Key) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	img, err = filepath.Abs(img)
+	if err != nil {
+		return err
+	}
+	keyR, keyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer keyR.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		keyW.Close()
+		return err
+	}
+	defer readyR.Close()
+	args := []string{"open", "--key-slot", strconv.Itoa(k.Slot)}
+	if readOnly {
+		args = append(args, "--read-only")
+	}
+	cmd := exec.Command(exe, append(args, "--", img, mnt)...)
+	cmd.Env = append(os.Environ(), openChildEnv+"=1")
+	cmd.ExtraFiles = []*os.File{keyR, readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
+		keyW.Close()
+		return fmt.Errorf("failed to start the background process: %w", err)
+	}
+	_, err = keyW.Write(k.VolumeKey())
+	keyW.Close()
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("failed to pass the key to the background process: %w", err)
+	}
+	msg, _ := io.ReadAll(readyR)
+	if s := string(msg); s != "ok\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if s == "" {
+			return errors.New("the background process exited before mounting")
+		}
+		return errors.New(strings.TrimSpace(s))
+	}
+	cmd.Process.Release()
+	if !g.quiet {
+		fmt.Fprintf(g.stderr, "cryptimg: %s mounted at %s\n", img, filepath.Join(mnt, plainName(img)))
+	}
+	return nil
+}
+
+// childKey reads the volume key the parent passed on fd 3.
+func childKey(e *image.Encrypted, slot int) (*image.Key, error) {
+	f := os.NewFile(3, "key")
+	if f == nil {
+		return nil, errors.New("no key pipe")
+	}
+	defer f.Close()
+	vk, err := io.ReadAll(io.LimitReader(f, 64))
+	if err != nil {
+		return nil, err
+	}
+	defer clear(vk)
+	return e.KeyFromVolume(vk, slot)
+}
+
+// reportReady tells the waiting parent (fd 4) that the mount is up, or why
+// not; in the foreground it does nothing.
+func reportReady(child bool, err error) {
+	if !child {
+		return
+	}
+	f := os.NewFile(4, "ready")
+	if f == nil {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(f, "%s\n", err)
+	} else {
+		fmt.Fprint(f, "ok\n")
+	}
+	f.Close()
+	// Detach from the parent's stdio: it is gone or going.
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		unix.Dup2(int(null.Fd()), 0)
+		unix.Dup2(int(null.Fd()), 1)
+		unix.Dup2(int(null.Fd()), 2)
+		null.Close()
+	}
+}
