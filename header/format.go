@@ -98,7 +98,7 @@ func (p Params) withDefaults() (Params, error) {
 		return p, fmt.Errorf("forced iterations %d below the minimum %d", p.ForceIterations, MinIterations)
 	}
 	if p.UUID != "" {
-		u, err := canonicalUUID(p.UUID)
+		u, err := CanonicalUUID(p.UUID)
 		if err != nil {
 			return p, err
 		}
@@ -111,9 +111,9 @@ func (p Params) withDefaults() (Params, error) {
 	return p, nil
 }
 
-// canonicalUUID checks s the way libuuid's uuid_parse does and returns it
-// lower-case, as uuid_unparse writes it.
-func canonicalUUID(s string) (string, error) {
+// CanonicalUUID checks s the way libuuid's uuid_parse does and returns it
+// lower-case, as uuid_unparse writes it; anything else is ErrInvalidUUID.
+func CanonicalUUID(s string) (string, error) {
 	if len(s) != 36 {
 		return "", ErrInvalidUUID
 	}

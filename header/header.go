@@ -333,3 +333,14 @@ func slotLayout(keyBytes int) (offsets [NumSlots]uint32, end uint64) {
 }
 
 func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
+
+// ActiveSlots counts the active key slots.
+func (h *Header) ActiveSlots() int {
+	n := 0
+	for i := range h.Slots {
+		if h.Slots[i].Active() {
+			n++
+		}
+	}
+	return n
+}

@@ -134,7 +134,7 @@ func TestFormatLayout(t *testing.T) {
 func TestFormatUUID(t *testing.T) {
 	t.Parallel()
 	h, _, _ := testFormat(t, "pw", Params{KeyBytes: 16}, "uuid")
-	if _, err := canonicalUUID(h.UUID); err != nil || h.UUID != strings.ToLower(h.UUID) {
+	if _, err := CanonicalUUID(h.UUID); err != nil || h.UUID != strings.ToLower(h.UUID) {
 		t.Fatalf("random UUID %q not canonical lower case", h.UUID)
 	}
 	if h.UUID[14] != '4' || !strings.Contains("89ab", h.UUID[19:20]) {

@@ -17,7 +17,7 @@ var ErrMarked error = markedError{}
 type markedError struct{}
 
 func (markedError) Error() string {
-	return "busy: the image is marked by an unfinished reencryption, in-place encryption or decryption (magic LUKS\\xde\\xad); run the cryptimg command that started it again to finish it"
+	return "busy: the image is marked by an unfinished reencryption, in-place encryption or decryption (magic LUKS\\xde\\xad); running the same operation again finishes it"
 }
 
 // Is matches ErrNotLUKS as well as ErrMarked itself.

@@ -14,6 +14,11 @@ import (
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
+// ErrInPlaceQcow2 reports a qcow2 image given to an in-place conversion,
+// which works on raw images only; qcow2 images are converted into a new
+// file instead.
+var ErrInPlaceQcow2 = errors.New("in-place conversion supports raw images only, not qcow2")
+
 // DefaultWindow is the bytes converted per durable step: each window
 // costs two fsyncs (progress record, then data).
 const DefaultWindow = 8 << 20
@@ -170,7 +175,7 @@ func (w sector0Writer) WriteAt(p []byte, off int64) (int, error) {
 // begin loads the journal of img and decides: resume it (j != nil), start
 // fresh (j == nil), or refuse (an error).
 func begin(img File, js JournalStore, op Op, resume bool) (*journal, error) {
-	j, err := loadJournal(img, js)
+	j, err := loadJournal(img, js, true)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +457,7 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 		return nil, err
 	}
 	if isQcow2(img) {
-		return nil, errors.New("in-place decryption supports raw LUKS images only; use cryptimg decrypt IMAGE OUTPUT for qcow2")
+		return nil, ErrInPlaceQcow2
 	}
 	h, err := header.Read(img, 0, size)
 	if err != nil {

@@ -111,9 +111,9 @@ func (o Op) String() string {
 	case OpReencrypt:
 		return "reencrypt"
 	case OpEncrypt:
-		return "encrypt --in-place"
+		return "in-place encryption"
 	case OpDecrypt:
-		return "decrypt --in-place"
+		return "in-place decryption"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -128,7 +128,7 @@ var (
 	ErrJournalMissing = errors.New("the image is marked as being converted (LUKS\\xde\\xad) but its journal is missing")
 	// ErrJournalCorrupt reports a journal that cannot be used.
 	ErrJournalCorrupt = errors.New("corrupt cryptimg journal")
-	// ErrNothingToResume reports --resume without an unfinished operation.
+	// ErrNothingToResume reports a resume without an unfinished operation.
 	ErrNothingToResume = errors.New("no unfinished operation to resume")
 )
 
@@ -139,9 +139,11 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("busy: an unfinished %s is recorded in %s; finish it with: cryptimg %s --resume %s",
-		e.Op, e.Journal, e.Op, strings.TrimSuffix(e.Journal, JournalSuffix))
+	return fmt.Sprintf("busy: an unfinished %s is recorded in %s", e.Op, e.Journal)
 }
+
+// Image is the path of the image the journal belongs to.
+func (e *BusyError) Image() string { return strings.TrimSuffix(e.Journal, JournalSuffix) }
 
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
@@ -384,9 +386,10 @@ func createJournal(js JournalStore, st *state, blob []byte) (*journal, error) {
 // none. It returns ErrJournalMissing (wrapped) if the image is marked but
 // has no journal, and ErrJournalCorrupt for a marked image whose journal
 // is unusable. A journal that never became valid (a crash while creating
-// it, before the image was touched) is removed.
+// it, before the image was touched) counts as no operation; Pending changes
+// nothing, and the next operation on the image removes such a journal.
 func Pending(img File, js JournalStore) (*BusyError, error) {
-	j, err := loadJournal(img, js)
+	j, err := loadJournal(img, js, false)
 	if err != nil || j == nil {
 		return nil, err
 	}
@@ -395,8 +398,9 @@ func Pending(img File, js JournalStore) (*BusyError, error) {
 }
 
 // loadJournal opens the journal of img, or returns nil if no operation is
-// pending (see Pending).
-func loadJournal(img File, js JournalStore) (*journal, error) {
+// pending (see Pending). With removeStale, a journal that never became
+// valid is removed; without, it is left alone.
+func loadJournal(img File, js JournalStore, removeStale bool) (*journal, error) {
 	s, err := js.Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		if marked, err := imageMarked(img); err != nil {
@@ -423,6 +427,9 @@ func loadJournal(img File, js JournalStore) (*journal, error) {
 		}
 		if c, ok := s.(io.Closer); ok {
 			c.Close()
+		}
+		if !removeStale {
+			return nil, nil
 		}
 		if err := js.Remove(); err != nil {
 			return nil, fmt.Errorf("failed to remove stale journal: %w", err)

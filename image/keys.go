@@ -273,17 +273,6 @@ func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, iter uint
 	return nil
 }
 
-// activeSlots counts the active key slots.
-func activeSlots(h *header.Header) int {
-	n := 0
-	for i := range h.Slots {
-		if h.Slots[i].Active() {
-			n++
-		}
-	}
-	return n
-}
-
 // KillSlot disables slot (header written and synced first) and then
 // overwrites its key material with random bytes (cryptsetup
 // luksKillSlot; checking a remaining passphrase is the caller's policy).
@@ -299,7 +288,7 @@ func (e *Encrypted) KillSlot(slot int, o RemoveOptions) error {
 	if !e.Header.Slots[slot].Active() {
 		return fmt.Errorf("key slot %d: %w", slot, ErrSlotInactive)
 	}
-	if activeSlots(e.Header) == 1 && !o.AllowLast {
+	if e.Header.ActiveSlots() == 1 && !o.AllowLast {
 		return ErrLastSlot
 	}
 	return e.killSlot(f, slot, o.Rand)
@@ -389,34 +378,13 @@ func (e *Encrypted) SetUUID(uuid string) error {
 	if err != nil {
 		return err
 	}
-	u, err := canonicalUUID(uuid)
+	u, err := header.CanonicalUUID(uuid)
 	if err != nil {
 		return err
 	}
 	h := *e.Header
 	h.UUID = u
 	return e.commitHeader(f, &h)
-}
-
-func canonicalUUID(s string) (string, error) {
-	if len(s) != 36 {
-		return "", header.ErrInvalidUUID
-	}
-	b := []byte(s)
-	for i, c := range b {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return "", header.ErrInvalidUUID
-			}
-		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
-		case 'A' <= c && c <= 'F':
-			b[i] = c + 'a' - 'A'
-		default:
-			return "", header.ErrInvalidUUID
-		}
-	}
-	return string(b), nil
 }
 
 // backupAlign is the page size cryptsetup rounds a header backup to.

@@ -27,7 +27,7 @@ type Output struct {
 func CreateOutput(path string, force bool) (*Output, error) {
 	if !force {
 		if _, err := os.Lstat(path); err == nil {
-			return nil, fmt.Errorf("%s: %w (use --force to overwrite)", path, ErrExists)
+			return nil, fmt.Errorf("%s: %w", path, ErrExists)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -176,18 +175,4 @@ func (g *qcowGuest) inflated(e qcow2.Extent, in int64, dst []byte) error {
 	// A compressed extent is one cluster, possibly cut at the virtual end.
 	copy(dst, g.cache[in:])
 	return nil
-}
-
-var zeroBlock = make([]byte, 64<<10)
-
-// isZero reports whether b holds only zero bytes.
-func isZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeroBlock))
-		if !bytes.Equal(b[:n], zeroBlock[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }

@@ -158,7 +158,7 @@ func nonZeroClusters(ctx context.Context, r io.ReaderAt, ranges []Range, cs, siz
 			}
 			for c := int64(0); c < n; c += cs {
 				cl := b[c:min(c+cs, n)]
-				if !isZero(cl) {
+				if !sectors.IsZero(cl) {
 					runs = appendRange(runs, Range{off + c, int64(len(cl))})
 				}
 			}
@@ -196,7 +196,7 @@ func (q *qcowOut) WriteAt(p []byte, off int64) (int, error) {
 		part := p[n:min(len(p), n+int(c+q.cs-pos))]
 		h, ok := q.host[c]
 		if !ok {
-			if isZero(part) {
+			if sectors.IsZero(part) {
 				n += len(part)
 				continue
 			}

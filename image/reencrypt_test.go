@@ -437,3 +437,37 @@ func TestReencryptQcow2(t *testing.T) {
 		t.Fatalf("journal left behind: %v", err)
 	}
 }
+
+// TestPendingChangesNothing: a journal that never became valid (a crash
+// while it was being created) is no pending operation; Pending reports
+// none and leaves the file, and the next operation removes it and runs.
+func TestPendingChangesNothing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	plain := testPlain(rng, 1<<20)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "img")
+	if err := os.WriteFile(path, testLUKS(t, rng, plain, 32, rePass), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	js := Sidecar(path)
+	if err := os.WriteFile(js.Name(), make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if p, err := Pending(f, js); p != nil || err != nil {
+		t.Fatalf("Pending with a stale journal = %v, %v; want none", p, err)
+	}
+	if _, err := os.Stat(js.Name()); err != nil {
+		t.Fatalf("Pending removed the stale journal: %v", err)
+	}
+	if _, err := Reencrypt(context.Background(), f, js, ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000}); err != nil {
+		t.Fatalf("reencrypt over a stale journal: %v", err)
+	}
+	if _, err := os.Stat(js.Name()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal left after reencrypt: %v", err)
+	}
+}

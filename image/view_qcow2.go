@@ -9,6 +9,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/cryptimg/cryptimg/sectors"
 )
 
 // qcowView is the View of a qcow2+LUKS image. Guest offsets map to host
@@ -139,7 +140,7 @@ func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
 		case m.InPlace:
 			stepEnd = min(end, m.GuestOffset+m.Length, pos+viewChunk)
 			err = v.writeData(p[pos-off:stepEnd-off], m, pos, bb.b)
-		case (m.Kind == qcow2.Unallocated || m.Kind == qcow2.Zero) && isZero(p[pos-off:min(end, m.GuestOffset+m.Length)-off]):
+		case (m.Kind == qcow2.Unallocated || m.Kind == qcow2.Zero) && sectors.IsZero(p[pos-off:min(end, m.GuestOffset+m.Length)-off]):
 			// Zeros over clusters that already read as zeros: nothing
 			// to store, and the image stays sparse. A request that
 			// allocates one of these clusters meanwhile copies its

@@ -9,8 +9,8 @@ import (
 // vectorised, so this runs at memory speed.
 var zeros [4096]byte
 
-// isZero reports whether b is all zero.
-func isZero(b []byte) bool {
+// IsZero reports whether b is all zero.
+func IsZero(b []byte) bool {
 	for len(b) > 0 {
 		n := min(len(b), len(zeros))
 		if !bytes.Equal(b[:n], zeros[:n]) {
@@ -35,7 +35,7 @@ func writeSparse(dst io.WriterAt, buf []byte, off int64, block int) error {
 		// Skip zero blocks.
 		for i < len(buf) {
 			e := blockEnd(i)
-			if !isZero(buf[i:e]) {
+			if !IsZero(buf[i:e]) {
 				break
 			}
 			i = e
@@ -44,7 +44,7 @@ func writeSparse(dst io.WriterAt, buf []byte, off int64, block int) error {
 		j := i
 		for j < len(buf) {
 			e := blockEnd(j)
-			if isZero(buf[j:e]) {
+			if IsZero(buf[j:e]) {
 				break
 			}
 			j = e

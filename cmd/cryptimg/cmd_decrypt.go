@@ -63,8 +63,8 @@ clusters in qcow2 output).
 }
 
 func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
-	if o.keySlot < -1 || o.keySlot > 7 {
-		return usagef("--key-slot must be between 0 and 7")
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return err
 	}
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err

@@ -164,16 +164,6 @@ func checkKeySources(a, b keyOptions) error {
 	return nil
 }
 
-func activeSlots(h *header.Header) int {
-	n := 0
-	for i := range h.Slots {
-		if h.Slots[i].Active() {
-			n++
-		}
-	}
-	return n
-}
-
 type addKeyOptions struct {
 	key, newKey   keyOptions
 	volumeKeyFile string
@@ -327,7 +317,7 @@ func runRemoveKey(g *globalOptions, o removeOptions, path string) error {
 // killSlot checks the last-slot rule, confirms and removes the slot.
 func killSlot(g *globalOptions, e *image.Encrypted, path string, slot int, allowLast bool) error {
 	warning := fmt.Sprintf("This removes key slot %d of %s.", slot, path)
-	if activeSlots(e.Header) == 1 {
+	if e.Header.ActiveSlots() == 1 {
 		if !allowLast {
 			return usagef("%s: key slot %d is the last active one: removing it makes the image permanently undecryptable (pass --allow-last-slot to do it anyway)", path, slot)
 		}
@@ -386,7 +376,7 @@ func runKillSlot(g *globalOptions, o removeOptions, path, slotArg string) error 
 	if !e.Header.Slots[slot].Active() {
 		return fmt.Errorf("%s: key slot %d: %w", path, slot, image.ErrSlotInactive)
 	}
-	last := activeSlots(e.Header) == 1
+	last := e.Header.ActiveSlots() == 1
 	if last && !o.allowLast {
 		return usagef("%s: key slot %d is the last active one: removing it makes the image permanently undecryptable (pass --allow-last-slot to do it anyway)", path, slot)
 	}

@@ -104,8 +104,8 @@ func (d *plainDisk) Close() {
 }
 
 func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, error) {
-	if o.keySlot < -1 || o.keySlot > 7 {
-		return nil, usagef("--key-slot must be between 0 and 7")
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return nil, err
 	}
 	src, err := openInput(path)
 	if err != nil {

@@ -148,8 +148,8 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err != nil {
 		return err
 	}
-	if o.keySlot < -1 || o.keySlot > 7 {
-		return usagef("--key-slot must be between 0 and 7")
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return err
 	}
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err

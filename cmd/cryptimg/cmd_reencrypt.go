@@ -90,6 +90,9 @@ func lockImage(path string) (*os.File, error) {
 
 // pendingOp reports the unfinished operation of the image, if any, and
 // refuses one of another kind.
+// opCommand is the command line that runs (or resumes) each operation.
+var opCommand = map[image.Op]string{image.OpReencrypt: "reencrypt", image.OpEncrypt: "encrypt --in-place", image.OpDecrypt: "decrypt --in-place"}
+
 func pendingOp(path string, f *os.File, op image.Op, resume bool) (bool, error) {
 	p, err := image.Pending(f, image.Sidecar(path))
 	if err != nil {
@@ -149,7 +152,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 		}
 		// Slots will be removed unless every active one is given a key:
 		// refuse before reading secrets if that cannot be confirmed.
-		if activeSlots(e.Header) > 1+len(o.keep) {
+		if e.Header.ActiveSlots() > 1+len(o.keep) {
 			if err := mustConfirm(g, "reencrypt (it removes the key slots whose keys are not given)"); err != nil {
 				return err
 			}
@@ -303,8 +306,8 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 }
 
 func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, path string) error {
-	if o.keySlot < -1 || o.keySlot > 7 {
-		return usagef("--key-slot must be between 0 and 7")
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return err
 	}
 	if o.outputFormat != "" && o.outputFormat != string(image.Raw) {
 		return usagef("--in-place makes raw images only")

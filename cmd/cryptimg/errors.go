@@ -9,6 +9,21 @@ import (
 	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
+// hint is what the CLI adds to a library error: the flag or command that
+// resolves it. Library errors name no flags.
+func hint(err error) string {
+	var busy *image.BusyError
+	switch {
+	case errors.As(err, &busy):
+		return "finish it with: cryptimg " + opCommand[busy.Op] + " --resume " + busy.Image()
+	case errors.Is(err, image.ErrExists):
+		return "use --force to overwrite"
+	case errors.Is(err, image.ErrInPlaceQcow2):
+		return "use cryptimg encrypt INPUT OUTPUT or decrypt INPUT OUTPUT for qcow2"
+	}
+	return ""
+}
+
 // exitCode maps an error to cryptimg's exit status, in one place.
 func exitCode(err error) int {
 	var ue usageError

@@ -174,7 +174,11 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	if code == exitInterrupted {
 		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
 	} else {
-		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", oneLine(err.Error()))
+		msg := oneLine(err.Error())
+		if h := hint(err); h != "" {
+			msg += " (" + h + ")"
+		}
+		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", msg)
 	}
 	return code
 }

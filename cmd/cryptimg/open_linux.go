@@ -31,8 +31,8 @@ func runOpen(ctx context.Context, g *globalOptions, o openOptions, img, mnt stri
 }
 
 func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt string, child bool, reported *bool) error {
-	if o.keySlot < -1 || o.keySlot > 7 {
-		return usagef("--key-slot must be between 0 and 7")
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return err
 	}
 	mnt, err := filepath.Abs(mnt)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/cryptimg/cryptimg/header"
 	"golang.org/x/term"
 )
 
@@ -135,4 +136,14 @@ func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 	key := bytes.Clone(buf[:n])
 	clear(buf)
 	return key, nil
+}
+
+// checkKeySlot checks a --key-slot value before anything is opened: -1 (try
+// every slot) or a LUKS1 slot number. Whether that slot exists in a given
+// image is the header's business.
+func checkKeySlot(slot int) error {
+	if slot < -1 || slot >= header.NumSlots {
+		return usagef("--key-slot must be between 0 and %d", header.NumSlots-1)
+	}
+	return nil
 }
