@@ -205,7 +205,7 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 	if e.Format == Qcow2 {
 		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
 	} else {
-		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: 0}}
+		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: rawIV(0)}}
 		err = sectors.Run(ctx, w, e.f, ext, t, o.Pipeline.options(e.PayloadSize, true))
 	}
 	if err != nil {
@@ -284,7 +284,7 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (*
 	if err := dst.Truncate(payload + src.Size); err != nil {
 		return nil, fmt.Errorf("failed to size output: %w", err)
 	}
-	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: 0}}
+	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: rawIV(0)}}
 	if err := sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(src.Size, false)); err != nil {
 		return nil, err
 	}

@@ -281,7 +281,7 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			y := st.DataLen - k*st.Window
 			x := max(0, y-st.Window)
-			ext := []sectors.Extent{{SrcOffset: x, DstOffset: x + st.Shift, Length: y - x, Sector: uint64(x) / SectorSize}}
+			ext := []sectors.Extent{{SrcOffset: x, DstOffset: x + st.Shift, Length: y - x, Sector: rawIV(x)}}
 			if err := sectors.Run(ctx, writerOnly{img}, src, ext, t, runOpts(o.Pipeline, progress)); err != nil {
 				return err
 			}
@@ -406,7 +406,7 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		t := func(d, s []byte, first uint64) { ciph.DecryptSectors(d, s, first, SectorSize) }
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			x := k * st.Window
-			ext := []sectors.Extent{{SrcOffset: x + st.Shift, DstOffset: x, Length: c.windowLen(k), Sector: uint64(x) / SectorSize}}
+			ext := []sectors.Extent{{SrcOffset: x + st.Shift, DstOffset: x, Length: c.windowLen(k), Sector: rawIV(x)}}
 			if err := sectors.Run(ctx, dst, img, ext, t, runOpts(o.Pipeline, progress)); err != nil {
 				return err
 			}

@@ -222,7 +222,7 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 		{SrcOffset: 0, DstOffset: 0, Length: start},
 		{SrcOffset: end, DstOffset: end + move, Length: d.size - end},
 	}
-	crypt := []sectors.Extent{{SrcOffset: start, DstOffset: start + payload, Length: size}}
+	crypt := []sectors.Extent{{SrcOffset: start, DstOffset: start + payload, Length: size, Sector: rawIV(0)}}
 	prog := newTwoStage(o.Pipeline, d.size)
 	if err := copyRanges(ctx, dst, src, copies, prog.options(0, false)); err != nil {
 		return nil, err
@@ -297,7 +297,7 @@ func DecryptPartition(ctx context.Context, dst, src *os.File, e *Encrypted, k *K
 		{SrcOffset: 0, DstOffset: 0, Length: start},
 		{SrcOffset: plainEnd + move, DstOffset: plainEnd, Length: d.size - end - (move - payload)},
 	}
-	crypt := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: start, Length: e.PayloadSize}}
+	crypt := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: start, Length: e.PayloadSize, Sector: rawIV(0)}}
 	prog := newTwoStage(o.Pipeline, newSize)
 	copied := start + copies[1].Length
 	if err := copyRanges(ctx, dst, src, copies, prog.options(0, false)); err != nil {

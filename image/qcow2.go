@@ -48,7 +48,7 @@ func (e *Encrypted) decryptQcow2(ctx context.Context, w io.WriterAt, t sectors.T
 	for _, x := range ext {
 		switch x.Kind {
 		case qcow2.Data:
-			runs = append(runs, sectors.Extent{SrcOffset: x.HostOffset, DstOffset: x.GuestOffset, Length: x.Length, Sector: uint64(x.HostOffset) / SectorSize})
+			runs = append(runs, sectors.Extent{SrcOffset: x.HostOffset, DstOffset: x.GuestOffset, Length: x.Length, Sector: qcowIV(x.HostOffset)})
 			total += x.Length
 		case qcow2.Compressed:
 			compressed = append(compressed, x)
@@ -111,7 +111,7 @@ func encryptQcow2(ctx context.Context, dst *os.File, src *Plain, area []byte, t 
 		}
 		// An allocated cluster is encrypted whole, zeros included: qemu
 		// decrypts every byte of it.
-		ext = append(ext, sectors.Extent{SrcOffset: r.Offset, DstOffset: host, Length: r.Length, Sector: uint64(host) / SectorSize})
+		ext = append(ext, sectors.Extent{SrcOffset: r.Offset, DstOffset: host, Length: r.Length, Sector: qcowIV(host)})
 		total += r.Length
 	}
 	if err := sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(total, false)); err != nil {

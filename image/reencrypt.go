@@ -115,7 +115,7 @@ func (a *luksArea) dataExtents(img File, h *header.Header) ([]sectors.Extent, in
 		if h.PayloadOffset == 0 || size < p || (size-p)%SectorSize != 0 {
 			return nil, 0, fmt.Errorf("%w: payload does not fit the file", ErrTruncated)
 		}
-		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: 0}}, size - p, nil
+		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: rawIV(0)}}, size - p, nil
 	}
 	ext, err := a.qcow.Extents(img)
 	if err != nil {
@@ -127,7 +127,7 @@ func (a *luksArea) dataExtents(img File, h *header.Header) ([]sectors.Extent, in
 		if x.Kind != qcow2.Data {
 			continue
 		}
-		out = append(out, sectors.Extent{SrcOffset: pos, DstOffset: x.HostOffset, Length: x.Length, Sector: uint64(x.HostOffset) / SectorSize})
+		out = append(out, sectors.Extent{SrcOffset: pos, DstOffset: x.HostOffset, Length: x.Length, Sector: qcowIV(x.HostOffset)})
 		pos += x.Length
 	}
 	return out, pos, nil
@@ -143,7 +143,7 @@ func slice(exts []sectors.Extent, off, n int64) []sectors.Extent {
 			continue
 		}
 		d := s - e.SrcOffset
-		out = append(out, sectors.Extent{SrcOffset: s - off, DstOffset: e.DstOffset + d, Length: t - s, Sector: e.Sector + uint64(d)/SectorSize})
+		out = append(out, sectors.Extent{SrcOffset: s - off, DstOffset: e.DstOffset + d, Length: t - s, Sector: ivAfter(e.Sector, d)})
 	}
 	return out
 }
@@ -312,7 +312,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 						todo[n-1].Length += SectorSize
 						continue
 					}
-					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: SectorSize, Sector: e.Sector + uint64(d)/SectorSize})
+					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: SectorSize, Sector: ivAfter(e.Sector, d)})
 				}
 			}
 			return convert(ctx, todo, b, nil)

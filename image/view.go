@@ -376,9 +376,9 @@ func steps(lo, hi int, fn func(lo, hi int) error) error {
 
 func (v *rawView) cryptRun(dst, src []byte, off int64, encrypt bool) {
 	if encrypt {
-		v.c.EncryptSectors(dst, src, uint64(off/SectorSize), SectorSize)
+		v.c.EncryptSectors(dst, src, rawIV(off), SectorSize)
 	} else {
-		v.c.DecryptSectors(dst, src, uint64(off/SectorSize), SectorSize)
+		v.c.DecryptSectors(dst, src, rawIV(off), SectorSize)
 	}
 }
 

@@ -119,7 +119,7 @@ func (v *qcowView) readHost(b []byte, h int64) error {
 		}
 		return err
 	}
-	v.c.DecryptSectors(b, b, uint64(h/SectorSize), SectorSize)
+	v.c.DecryptSectors(b, b, qcowIV(h), SectorSize)
 	return nil
 }
 
@@ -183,7 +183,7 @@ func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte)
 		copy(b[pos-s:], src)
 	}
 	return split(len(b), func(lo, hi int) error {
-		v.c.EncryptSectors(b[lo:hi], in[lo:hi], uint64((host+int64(lo))/SectorSize), SectorSize)
+		v.c.EncryptSectors(b[lo:hi], in[lo:hi], qcowIV(host+int64(lo)), SectorSize)
 		_, err := v.f.WriteAt(b[lo:hi], host+int64(lo))
 		return err
 	})
@@ -263,7 +263,7 @@ func (v *qcowView) allocate(src []byte, pos int64, buf []byte) (int64, error) {
 				if full(x - x%cs) {
 					in = src[x-lo : y-lo]
 				}
-				v.c.EncryptSectors(plain[x:y], in, uint64(h/SectorSize), SectorSize)
+				v.c.EncryptSectors(plain[x:y], in, qcowIV(h), SectorSize)
 				if _, err := v.f.WriteAt(plain[x:y], h); err != nil {
 					return err
 				}
