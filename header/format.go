@@ -32,6 +32,11 @@ type Params struct {
 	Hash                   string // default "sha256"; sha1 and sha512 too; stored lower-case
 	KeyBytes               int    // volume key size, one the cipher takes; default the cipher's (cryptsetup's)
 
+	// VolumeKey, if set, is the volume key to use instead of a random one
+	// (cryptsetup's --volume-key-file); its length sets KeyBytes. Format
+	// copies it.
+	VolumeKey []byte
+
 	// IterTime is the PBKDF2 time for a key slot; the master key digest gets
 	// 125 ms worth. Default 2 s.
 	IterTime time.Duration
@@ -81,6 +86,12 @@ func (p Params) withDefaults() (Params, error) {
 	p.Hash = strings.ToLower(p.Hash)
 	if _, err := hashFunc(p.Hash); err != nil {
 		return p, err
+	}
+	if p.VolumeKey != nil {
+		if p.KeyBytes != 0 && p.KeyBytes != len(p.VolumeKey) {
+			return p, fmt.Errorf("volume key is %d bits, key size %d bits asked", len(p.VolumeKey)*8, p.KeyBytes*8)
+		}
+		p.KeyBytes = len(p.VolumeKey)
 	}
 	if p.KeyBytes == 0 {
 		p.KeyBytes = m.DefaultKeyBytes
@@ -145,8 +156,8 @@ func randomUUID(rnd io.Reader) (string, error) {
 	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:], nil
 }
 
-// Format makes a new header and a random volume key, and puts passphrase into
-// key slot 0. area is the complete header area, h.PayloadOffset*512 bytes:
+// Format makes a new header and a random volume key (or p.VolumeKey), and
+// puts passphrase into key slot 0. area is the complete header area, h.PayloadOffset*512 bytes:
 // the phdr, zeros, slot 0's key material, random bytes in the other slots'
 // areas (as cryptsetup's wipe leaves them) and zeros up to the payload. The
 // caller owns volumeKey and should clear it after use.
@@ -188,7 +199,9 @@ func Format(passphrase []byte, p Params) (h *Header, volumeKey []byte, area []by
 	}
 
 	volumeKey = make([]byte, p.KeyBytes)
-	if _, err := io.ReadFull(p.Rand, volumeKey); err != nil {
+	if p.VolumeKey != nil {
+		copy(volumeKey, p.VolumeKey)
+	} else if _, err := io.ReadFull(p.Rand, volumeKey); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading random volume key: %w", err)
 	}
 	fail := func(err error) (*Header, []byte, []byte, error) {

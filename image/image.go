@@ -148,12 +148,46 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.Header.NewSectorCipher(vk)
+	return newKey(e.Header, vk, used)
+}
+
+// newKey wraps a volume key of h, which it takes over, with its cipher.
+func newKey(h *header.Header, vk []byte, slot int) (*Key, error) {
+	c, err := h.NewSectorCipher(vk)
 	if err != nil {
 		clear(vk)
 		return nil, err
 	}
-	return &Key{Cipher: c, Slot: used, volume: vk}, nil
+	return &Key{Cipher: c, Slot: slot, volume: vk}, nil
+}
+
+// Formatted is a new LUKS header, its header area (Header.PayloadOffset
+// sectors: the phdr and the key slots) and its volume key, as FormatHeader
+// makes them, ready for EncryptTo.
+type Formatted struct {
+	Header *header.Header
+	Area   []byte
+	Key    *Key
+}
+
+// FormatHeader makes a new LUKS header with passphrase in key slot 0 and a
+// random volume key, or p.VolumeKey. Clear the result after use.
+func FormatHeader(passphrase []byte, p header.Params) (*Formatted, error) {
+	h, vk, area, err := header.Format(passphrase, p)
+	if err != nil {
+		return nil, err
+	}
+	k, err := newKey(h, vk, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Formatted{Header: h, Area: area, Key: k}, nil
+}
+
+// Clear wipes the volume key and the key material in the area.
+func (f *Formatted) Clear() {
+	f.Key.Clear()
+	clear(f.Area)
 }
 
 // Decrypt writes the plaintext of the image to dst, an empty regular file,
@@ -253,42 +287,48 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*head
 // its own clusters, as qemu does, and stores only clusters holding
 // non-zero data, encrypted with IV sector = host offset / 512.
 func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (*header.Header, error) {
+	if o.Format == Qcow2 || o.Format == "" && src.Format == Qcow2 {
+		if o.Header.AlignSectors == 0 {
+			// qemu does not round the payload offset of an embedded header.
+			o.Header.AlignSectors = 8
+		}
+	}
+	f, err := FormatHeader(o.Passphrase, o.Header)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Clear()
+	if err := EncryptTo(ctx, dst, src, f, o); err != nil {
+		return nil, err
+	}
+	return f.Header, nil
+}
+
+// EncryptTo writes the plaintext image src, encrypted under the header and
+// key of f, to dst, an empty regular file: the counterpart of
+// Encrypted.DecryptTo. o.Header and o.Passphrase are not used. The layout
+// is Encrypt's.
+func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error {
 	if o.Format == "" {
 		o.Format = src.Format
 	}
-	if o.Format == Qcow2 && o.Header.AlignSectors == 0 {
-		// qemu does not round the payload offset of an embedded header.
-		o.Header.AlignSectors = 8
-	}
 	if o.Format != Raw && o.Format != Qcow2 {
-		return nil, fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
+		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
-	h, vk, area, err := header.Format(o.Passphrase, o.Header)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(vk)
-	c, err := h.NewSectorCipher(vk)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Clear()
+	c := f.Key.Cipher
 	t := func(d, s []byte, first uint64) { c.EncryptSectors(d, s, first, SectorSize) }
 	if o.Format == Qcow2 {
-		return h, encryptQcow2(ctx, dst, src, area, t, o)
+		return encryptQcow2(ctx, dst, src, f.Area, t, o)
 	}
-	if _, err := dst.WriteAt(area, 0); err != nil {
-		return nil, fmt.Errorf("failed to write header: %w", err)
+	if _, err := dst.WriteAt(f.Area, 0); err != nil {
+		return fmt.Errorf("failed to write header: %w", err)
 	}
-	payload := int64(h.PayloadOffset) * SectorSize
+	payload := int64(f.Header.PayloadOffset) * SectorSize
 	if err := dst.Truncate(payload + src.Size); err != nil {
-		return nil, fmt.Errorf("failed to size output: %w", err)
+		return fmt.Errorf("failed to size output: %w", err)
 	}
 	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: rawIV(0)}}
-	if err := sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(src.Size, false)); err != nil {
-		return nil, err
-	}
-	return h, nil
+	return sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(src.Size, false))
 }
 
 // SameFile reports whether two paths name the same existing file.

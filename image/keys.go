@@ -111,13 +111,7 @@ func (e *Encrypted) KeyFromVolumeKey(vk []byte) (*Key, error) {
 	if !e.Header.VerifyVolumeKey(vk) {
 		return nil, ErrVolumeKeyMismatch
 	}
-	v := bytes.Clone(vk)
-	c, err := e.Header.NewSectorCipher(v)
-	if err != nil {
-		clear(v)
-		return nil, err
-	}
-	return &Key{Cipher: c, Slot: -1, volume: v}, nil
+	return newKey(e.Header, bytes.Clone(vk), -1)
 }
 
 // TestKey reports which slot passphrase opens (slot -1 tries them all),

@@ -1,10 +1,15 @@
 package image
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/header"
 )
 
 func TestOutputCommitAndAbort(t *testing.T) {
@@ -61,5 +66,60 @@ func TestSameFile(t *testing.T) {
 	}
 	if SameFile(a, filepath.Join(dir, "missing")) {
 		t.Error("SameFile matched a missing file")
+	}
+}
+
+// TestFormatHeaderAndEncryptTo: encryption under a volume key the caller
+// chose, then decryption with the key unlocked from the result.
+func TestFormatHeaderAndEncryptTo(t *testing.T) {
+	dir := t.TempDir()
+	plainBytes := make([]byte, 256<<10)
+	rand.Read(plainBytes)
+	src := filepath.Join(dir, "plain.raw")
+	os.WriteFile(src, plainBytes, 0o600)
+	vk := make([]byte, 64)
+	rand.Read(vk)
+	f, err := FormatHeader([]byte("pw"), header.Params{CipherName: "aes", CipherMode: "xts-plain64", VolumeKey: vk, ForceIterations: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Clear()
+	if !bytes.Equal(f.Key.VolumeKey(), vk) || f.Header.KeyBytes != 64 {
+		t.Fatalf("FormatHeader did not take the volume key (%d bytes)", f.Header.KeyBytes)
+	}
+	in, _ := os.Open(src)
+	defer in.Close()
+	p, err := OpenPlain(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.Create(filepath.Join(dir, "enc.luks"))
+	defer out.Close()
+	if err := EncryptTo(context.Background(), out, p, f, EncryptOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte("pw"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	if !bytes.Equal(k.VolumeKey(), vk) {
+		t.Fatal("unlocked volume key differs")
+	}
+	back, _ := os.Create(filepath.Join(dir, "back.raw"))
+	defer back.Close()
+	if err := e.Decrypt(context.Background(), back, k, Pipeline{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(back.Name())
+	if !bytes.Equal(got, plainBytes) {
+		t.Fatal("round trip differs")
+	}
+	if _, err := FormatHeader([]byte("pw"), header.Params{VolumeKey: vk}); err == nil {
+		t.Fatal("a 512-bit volume key for the default ESSIV cipher was accepted")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 type encryptOptions struct {
 	key             keyOptions
+	volumeKeyFile   string
 	cipher          string
 	keySize         int
 	hash            string
@@ -70,6 +71,7 @@ and renamed only when complete.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
 	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
 	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
@@ -88,6 +90,27 @@ and renamed only when complete.
 }
 
 var supportedHashes = []string{"sha1", "sha256", "sha512"}
+
+// volumeKey reads --volume-key-file, if given: the raw volume key, exactly
+// as long as the key size (cryptsetup luksFormat --volume-key-file).
+func (o encryptOptions) volumeKey(g *globalOptions) ([]byte, error) {
+	if o.volumeKeyFile == "" {
+		return nil, nil
+	}
+	if o.volumeKeyFile == "-" && o.key.keyFile == "-" {
+		return nil, usagef("only one key can be read from stdin")
+	}
+	vk, err := readKeyFile(g, keyOptions{keyFile: o.volumeKeyFile})
+	if err != nil {
+		return nil, err
+	}
+	_, _, keyBytes, _ := cipherChoice(o.cipher, o.keySize)
+	if len(vk) != keyBytes {
+		clear(vk)
+		return nil, usagef("--volume-key-file holds %d bytes; the %s key is %d bits (%d bytes)", len(vk), o.cipher, keyBytes*8, keyBytes)
+	}
+	return vk, nil
+}
 
 // cipherChoice checks --cipher and --key-size (in bits; 0 = the cipher's
 // default) and returns the LUKS1 cipher fields and key length.
@@ -158,6 +181,12 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if e, err := image.Open(src); err == nil && !g.quiet {
 		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.UUID)
 	}
+	vk, err := o.volumeKey(g)
+	if err != nil {
+		return err
+	}
+	defer clear(vk)
+	params.VolumeKey = vk
 	key, err := readKey(g, o.key, "Enter passphrase for "+out+": ", true)
 	if err != nil {
 		return err

@@ -104,6 +104,10 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	if po.Header, err = o.params(); err != nil {
 		return err
 	}
+	if po.Header.VolumeKey, err = o.volumeKey(g); err != nil {
+		return err
+	}
+	defer clear(po.Header.VolumeKey)
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err
 	}

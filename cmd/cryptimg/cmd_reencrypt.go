@@ -258,6 +258,10 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	if err != nil {
 		return err
 	}
+	if params.VolumeKey, err = o.volumeKey(g); err != nil {
+		return err
+	}
+	defer clear(params.VolumeKey)
 	if o.outputFormat != "" && o.outputFormat != string(image.Raw) {
 		return usagef("--in-place makes raw LUKS images only")
 	}
