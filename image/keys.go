@@ -4,11 +4,14 @@ package image
 // luksRemoveKey, luksChangeKey, luksKillSlot, luksHeaderBackup,
 // luksHeaderRestore and luksUUID (cryptsetup lib/luks1/keymanage.c, lib/setup.c).
 //
-// Every update keeps the old key usable until the new state is durable:
-// key material only ever goes into a disabled slot's area, and is fsynced
-// before the 1024-byte phdr that activates it is written and fsynced; a slot
-// is disabled by a phdr write (fsynced) before its material is overwritten
-// with random bytes. The phdr write is the only commit point of each step.
+// Every update keeps the old key usable until the new state is durable. The
+// order of writes and syncs is the format's (header.Update: AddSlot,
+// KillSlot, WithUUID, RestoreUpdate); this file only carries updates out.
+// For LUKS1: key material only ever goes into a disabled slot's area, and
+// is fsynced before the 1024-byte phdr that activates it is written and
+// fsynced; a slot is disabled by a phdr write (fsynced) before its material
+// is overwritten with random bytes. The phdr write is the only commit point
+// of each step.
 // Offsets are relative to [Encrypted.HeaderOffset], so the same code serves
 // raw LUKS and the LUKS area of a qcow2 image.
 
@@ -158,41 +161,40 @@ func (e *Encrypted) pickSlot(slot int) (int, error) {
 	return slot, nil
 }
 
-func (e *Encrypted) materialOffset(h *header.Header, slot int) int64 {
-	return e.HeaderOffset + int64(h.Slots[slot].KeyMaterialOffset)*header.SectorSize
-}
-
-// writeSync writes b at off and flushes the file to stable storage.
-func writeSync(f rwFile, b []byte, off int64, what string) error {
-	if _, err := f.WriteAt(b, off); err != nil {
-		return fmt.Errorf("failed to write %s: %w", what, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("failed to sync %s: %w", what, err)
+// applyUpdate carries out a header update, in the format's order, on the
+// LUKS area at base in f.
+func applyUpdate(f rwFile, base int64, u *header.Update) error {
+	for _, w := range u.Writes {
+		if _, err := f.WriteAt(w.Data, base+w.Offset); err != nil {
+			return fmt.Errorf("failed to write %s: %w", w.What, err)
+		}
+		if w.Sync {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("failed to sync %s: %w", w.What, err)
+			}
+		}
 	}
 	return nil
 }
 
-// commitHeader writes h's phdr, syncs it and makes it e's header.
-func (e *Encrypted) commitHeader(f rwFile, h *header.Header) error {
-	if err := writeSync(f, h.Marshal(), e.HeaderOffset, "LUKS header"); err != nil {
+// apply carries out the update an update method returned (with its error)
+// on e's image and makes its header e's header: e.apply(f)(h.KillSlot(…)).
+func (e *Encrypted) apply(f rwFile) func(*header.Update, error) error {
+	return func(u *header.Update, err error) error {
+		if err != nil {
+			return err
+		}
+		return e.applyNow(f, u)
+	}
+}
+
+func (e *Encrypted) applyNow(f rwFile, u *header.Update) error {
+	defer u.Clear()
+	if err := applyUpdate(f, e.HeaderOffset, u); err != nil {
 		return err
 	}
-	e.Header = h
+	e.Header = u.Header
 	return nil
-}
-
-// wipeSlot overwrites a disabled slot's key material with random bytes.
-func (e *Encrypted) wipeSlot(f rwFile, slot int, rnd io.Reader) error {
-	h := e.Header
-	if h.Slots[slot].Active() {
-		panic("image: internal error: wiping an active key slot")
-	}
-	buf := make([]byte, h.KeyMaterialSectors()*header.SectorSize)
-	if _, err := io.ReadFull(randOr(rnd), buf); err != nil {
-		return fmt.Errorf("reading random wipe bytes: %w", err)
-	}
-	return writeSync(f, buf, e.materialOffset(h, slot), fmt.Sprintf("key slot %d wipe", slot))
 }
 
 // verifySlot reopens the image through a new file descriptor and unlocks
@@ -241,25 +243,15 @@ func (e *Encrypted) AddKey(k *Key, passphrase []byte, o SlotOptions) (int, error
 // addSlot writes, activates and verifies one slot.
 func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, iter uint32, rnd io.Reader) error {
 	old := e.Header
-	h := *old
-	material, err := h.SetKeySlot(slot, passphrase, vk, iter, rnd)
-	if err != nil {
-		return err
-	}
-	err = writeSync(f, material, e.materialOffset(&h, slot), fmt.Sprintf("key slot %d material", slot))
-	clear(material)
-	if err != nil {
-		return err
-	}
-	if err := e.commitHeader(f, &h); err != nil {
+	if err := e.apply(f)(old.AddSlot(slot, passphrase, vk, iter, rnd)); err != nil {
 		return err
 	}
 	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
 		// Roll back: the old header, then a wipe of the unusable slot.
-		if err := e.commitHeader(f, old); err != nil {
+		if err := e.applyNow(f, old.Rewrite()); err != nil {
 			return fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
 		}
-		if err := e.wipeSlot(f, slot, rnd); err != nil {
+		if err := e.apply(f)(old.WipeSlot(slot, rnd)); err != nil {
 			return fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
 		}
 		return fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
@@ -289,12 +281,7 @@ func (e *Encrypted) KillSlot(slot int, o RemoveOptions) error {
 }
 
 func (e *Encrypted) killSlot(f rwFile, slot int, rnd io.Reader) error {
-	h := *e.Header
-	h.DisableSlot(slot)
-	if err := e.commitHeader(f, &h); err != nil {
-		return err
-	}
-	return e.wipeSlot(f, slot, rnd)
+	return e.apply(f)(e.Header.KillSlot(slot, rnd))
 }
 
 // RemoveKey removes the first slot passphrase opens (cryptsetup
@@ -372,23 +359,11 @@ func (e *Encrypted) SetUUID(uuid string) error {
 	if err != nil {
 		return err
 	}
-	u, err := header.CanonicalUUID(uuid)
-	if err != nil {
-		return err
-	}
-	h := *e.Header
-	h.UUID = u
-	return e.commitHeader(f, &h)
+	return e.apply(f)(e.Header.WithUUID(uuid))
 }
 
-// backupAlign is the page size cryptsetup rounds a header backup to.
-const backupAlign = 4096
-
-// BackupSize returns the size of a header backup: the end of the last key
-// slot rounded up to 4096 bytes, as cryptsetup luksHeaderBackup makes it.
-func BackupSize(h *header.Header) int64 {
-	return (h.AreaSize() + backupAlign - 1) / backupAlign * backupAlign
-}
+// BackupSize returns the size of a header backup (header.Header.BackupSize).
+func BackupSize(h *header.Header) int64 { return h.BackupSize() }
 
 // HeaderBackup writes the LUKS header and key slot area to a new file at
 // path, mode 0600, through a temporary file renamed when complete. The
@@ -396,7 +371,7 @@ func BackupSize(h *header.Header) int64 {
 // bytes from 592 up to the first key slot (at most 4096) zeroed. An
 // existing path is refused (ErrExists).
 func (e *Encrypted) HeaderBackup(path string) error {
-	n := BackupSize(e.Header)
+	n := e.Header.BackupSize()
 	buf := make([]byte, n)
 	defer clear(buf)
 	m, err := e.f.ReadAt(buf, e.HeaderOffset)
@@ -406,7 +381,7 @@ func (e *Encrypted) HeaderBackup(path string) error {
 	if int64(m) < e.Header.AreaSize() {
 		return fmt.Errorf("%w: header area is truncated", header.ErrCorrupt)
 	}
-	clear(buf[592:min(backupAlign, firstMaterial(e.Header))])
+	e.Header.Backup(buf)
 	if e.Qcow2 != nil && e.Qcow2.CryptLength < n {
 		// Whatever follows the qcow2 LUKS area is not part of it.
 		clear(buf[max(e.Qcow2.CryptLength, e.Header.AreaSize()):])
@@ -420,15 +395,6 @@ func (e *Encrypted) HeaderBackup(path string) error {
 		return fmt.Errorf("failed to write header backup: %w", err)
 	}
 	return o.Commit()
-}
-
-// firstMaterial returns the byte offset of the lowest key material.
-func firstMaterial(h *header.Header) int64 {
-	first := int64(h.Slots[0].KeyMaterialOffset)
-	for i := range h.Slots {
-		first = min(first, int64(h.Slots[i].KeyMaterialOffset))
-	}
-	return max(first*header.SectorSize, 592)
 }
 
 // Restore is a checked header restore, ready to apply.
@@ -491,7 +457,7 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 			r.offset, limit = q.CryptOffset, q.CryptLength
 		}
 	}
-	n := min(int64(len(data)), BackupSize(bh))
+	n := min(int64(len(data)), bh.BackupSize())
 	if limit < 0 {
 		// Raw image: the area ends at the payload, which must exist.
 		if p := int64(bh.PayloadOffset) * SectorSize; p != 0 {
@@ -530,10 +496,7 @@ func (r *Restore) Apply(force bool) error {
 		return errors.New("image: header restore already applied or discarded")
 	}
 	defer r.Discard()
-	if err := writeSync(r.f, r.data[header.PhdrSize:], r.offset+header.PhdrSize, "key slot area"); err != nil {
-		return err
-	}
-	return writeSync(r.f, r.data[:header.PhdrSize], r.offset, "LUKS header")
+	return applyUpdate(r.f, r.offset, header.RestoreUpdate(r.data, r.Backup))
 }
 
 // Discard clears the backup data held for Apply; call it (deferred) when a

@@ -34,7 +34,7 @@ func reopen(t *testing.T, f *os.File) *Encrypted {
 func slotMaterial(t *testing.T, f *os.File, e *Encrypted, slot int) []byte {
 	t.Helper()
 	b := make([]byte, e.Header.KeyMaterialSectors()*header.SectorSize)
-	if _, err := f.ReadAt(b, e.materialOffset(e.Header, slot)); err != nil {
+	if _, err := f.ReadAt(b, e.HeaderOffset+int64(e.Header.Slots[slot].KeyMaterialOffset)*header.SectorSize); err != nil {
 		t.Fatal(err)
 	}
 	return b
