@@ -10,20 +10,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
 // cryptsetupPath returns the cryptsetup binary, skipping the test when it is
 // missing outside CI and failing it when CI is set.
 func cryptsetupPath(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("cryptsetup")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("cryptsetup is required in CI: %v", err)
-		}
-		t.Skip("cryptsetup not installed; interop test skipped (it is required when CI is set)")
-	}
-	return p
+	return peer.Path(t, "cryptsetup")
 }
 
 // runCryptsetup runs cryptsetup and returns its output and exit code.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
 const qcowPass = "qcow2 view test"
@@ -23,14 +24,7 @@ const qcowPass = "qcow2 view test"
 // absence fails the test.
 func needQemuTools(t *testing.T) {
 	t.Helper()
-	for _, bin := range []string{"qemu-img", "qemu-io"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is required in CI: %v", bin, err)
-			}
-			t.Skipf("skipping: %s not installed", bin)
-		}
-	}
+	peer.Require(t, "qemu-img", "qemu-io")
 }
 
 func qemuSecret() string { return "secret,id=sec0,data=" + qcowPass }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
 // requireFUSE skips (outside CI) or fails (in CI) unless FUSE mounts work
@@ -21,10 +23,7 @@ func requireFUSE(t *testing.T) {
 		t.Skip("mounts through FUSE and builds the binary")
 	}
 	if err := checkFUSE(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("FUSE is required in CI: %v", err)
-		}
-		t.Skipf("skipping: %v", err)
+		peer.Missing(t, err.Error())
 	}
 }
 
@@ -32,10 +31,7 @@ func requireFUSE(t *testing.T) {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root (loop devices, mount)")
-		}
-		t.Skip("skipping: needs root for loop devices and mount")
+		peer.Missing(t, "this test needs root for loop devices and mount")
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
 // result is what one in-process cryptimg run produced.
@@ -37,19 +39,11 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-// requireTool returns the path of an interop peer. Outside CI a missing
-// tool skips the test and says so; in CI (CI set) it fails, so CI can
-// never pass without the interop tests.
+// requireTool returns the path of an interop peer (package peer's rule:
+// skipped outside CI when missing, a failure in CI).
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is required in CI but not installed (scripts/test.sh installs the Debian packages)", name)
-		}
-		t.Skipf("skipping: %s not installed (scripts/test.sh installs the Debian packages when run as root)", name)
-	}
-	return p
+	return peer.Path(t, name)
 }
 
 // sh runs a command and fails the test on a non-zero exit.

@@ -219,10 +219,8 @@ func TestReencryptBusy(t *testing.T) {
 	if err := exec.Command(cs, "isLuks", enc).Run(); err == nil {
 		t.Fatal("cryptsetup isLuks accepts an image in reencryption")
 	}
-	if qi, err := exec.LookPath("qemu-img"); err == nil {
-		if out, err := exec.Command(qi, "info", "--object", qemuSecret(key), "--image-opts", "driver=luks,key-secret=sec0,file.filename="+enc).CombinedOutput(); err == nil {
-			t.Fatalf("qemu-img opens an image in reencryption:\n%s", out)
-		}
+	if out, err := exec.Command(requireTool(t, "qemu-img"), "info", "--object", qemuSecret(key), "--image-opts", "driver=luks,key-secret=sec0,file.filename="+enc).CombinedOutput(); err == nil {
+		t.Fatalf("qemu-img opens an image in reencryption:\n%s", out)
 	}
 	out := filepath.Join(dir, "out.raw")
 	for _, args := range [][]string{

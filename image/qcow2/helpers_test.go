@@ -10,20 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
 // needQemu skips the test when qemu-img or qemu-io is missing, except in CI
 // (env CI set), where their absence is a failure.
 func needQemu(t testing.TB) {
 	t.Helper()
-	for _, bin := range []string{"qemu-img", "qemu-io"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is required in CI: %v", bin, err)
-			}
-			t.Skipf("skipping: %s not installed (%v)", bin, err)
-		}
-	}
+	peer.Require(t, "qemu-img", "qemu-io")
 }
 
 // runCmd runs a command and fails the test with its output if it fails.
