@@ -221,9 +221,10 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 				return nil, err
 			}
 		}
-		t := func(d, s []byte, first uint64) {
+		t := func(d, s []byte, first uint64) error {
 			oldC.DecryptSectors(d, s, first, SectorSize)
 			newC.EncryptSectors(d, d, first, SectorSize)
+			return nil
 		}
 		bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
 		read := func(k int64) ([]sectors.Extent, []byte, error) {

@@ -15,10 +15,11 @@ func (b buffer) WriteAt(p []byte, off int64) (int, error) { return copy(b[off:],
 
 func ExampleRun() {
 	// A toy transform: add the sector number to every byte of the sector.
-	addSector := func(dst, src []byte, firstSector uint64) {
+	addSector := func(dst, src []byte, firstSector uint64) error {
 		for i := range src {
 			dst[i] = src[i] + byte(firstSector+uint64(i/sectors.UnitSize))
 		}
+		return nil
 	}
 	src := bytes.NewReader(make([]byte, 4096)) // 8 zero sectors
 	dst := make(buffer, 4096+1024)

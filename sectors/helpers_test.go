@@ -106,21 +106,23 @@ func xorKey(s uint64, j int) byte {
 }
 
 // xorSectors applies xorKey to src into dst; it is its own inverse.
-func xorSectors(dst, src []byte, firstSector uint64) {
+func xorSectors(dst, src []byte, firstSector uint64) error {
 	for i := range src {
 		dst[i] = src[i] ^ xorKey(firstSector+uint64(i/UnitSize), i%UnitSize)
 	}
+	return nil
 }
 
 // stampSectors XORs the little-endian sector number of each 512-byte unit
 // into its first 8 bytes: a cheap sector-dependent transform for large runs.
-func stampSectors(dst, src []byte, firstSector uint64) {
+func stampSectors(dst, src []byte, firstSector uint64) error {
 	var key [8]byte
 	for i := 0; i < len(src); i += UnitSize {
 		binary.LittleEndian.PutUint64(key[:], firstSector+uint64(i/UnitSize))
 		copy(dst[i:i+UnitSize], src[i:i+UnitSize])
 		subtle.XORBytes(dst[i:i+8], src[i:i+8], key[:])
 	}
+	return nil
 }
 
 // waitGoroutines fails t unless the goroutine count drops back to at most

@@ -220,7 +220,7 @@ func TestSparseOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireHoles(t, src)
-	identity := func(d, s []byte, first uint64) {}
+	identity := func(d, s []byte, first uint64) error { return nil }
 
 	for _, sparse := range []bool{true, false} {
 		t.Run("sparse="+strconv.FormatBool(sparse), func(t *testing.T) {

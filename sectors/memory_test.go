@@ -18,10 +18,11 @@ func TestMemoryBound(t *testing.T) {
 		total = 256 << 20
 		chunk = 1 << 20
 	)
-	slowFirst := func(d, s []byte, first uint64) {
+	slowFirst := func(d, s []byte, first uint64) error {
 		if first == 2*chunk/UnitSize {
 			time.Sleep(100 * time.Millisecond)
 		}
+		return nil
 	}
 	cases := []struct {
 		name string
@@ -31,10 +32,10 @@ func TestMemoryBound(t *testing.T) {
 			WriteAt([]byte, int64) (int, error)
 		}
 	}{
-		{"jobs=1", 1, func(d, s []byte, _ uint64) {}, discardWriter{}},
-		{"jobs=2", 2, func(d, s []byte, _ uint64) {}, discardWriter{}},
+		{"jobs=1", 1, func(d, s []byte, _ uint64) error { return nil }, discardWriter{}},
+		{"jobs=2", 2, func(d, s []byte, _ uint64) error { return nil }, discardWriter{}},
 		{"jobs=4/slow chunk", 4, slowFirst, discardWriter{}},
-		{"jobs=3/slow writer", 3, func(d, s []byte, _ uint64) {}, &slowWriter{delay: 200 * time.Microsecond}},
+		{"jobs=3/slow writer", 3, func(d, s []byte, _ uint64) error { return nil }, &slowWriter{delay: 200 * time.Microsecond}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,12 +97,13 @@ func TestNoAllocsPerChunk(t *testing.T) {
 }
 
 // xorFast is a cheap transform that touches every byte, for benchmarks.
-func xorFast(dst, src []byte, first uint64) {
+func xorFast(dst, src []byte, first uint64) error {
 	var key [UnitSize]byte
 	key[0] = byte(first)
 	for i := 0; i < len(src); i += UnitSize {
 		subtle.XORBytes(dst[i:i+UnitSize], src[i:i+UnitSize], key[:])
 	}
+	return nil
 }
 
 // BenchmarkRun measures the pipeline overhead: Run from a zero reader to a
@@ -116,7 +118,7 @@ func BenchmarkRun(b *testing.B) {
 		name string
 		t    Transform
 	}{
-		{"identity", func(d, s []byte, _ uint64) {}},
+		{"identity", func(d, s []byte, _ uint64) error { return nil }},
 		{"xor", xorFast},
 	}
 	for _, tr := range transforms {

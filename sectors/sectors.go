@@ -46,7 +46,7 @@ const (
 // by one per 512 bytes. dst and src have the same length, and Run always
 // passes the same buffer as both (in place). A Transform must be safe to call
 // from several goroutines at once.
-type Transform func(dst, src []byte, firstSector uint64)
+type Transform func(dst, src []byte, firstSector uint64) error
 
 // Extent is a byte range to read from src, transform and write to dst.
 type Extent struct {
@@ -233,7 +233,7 @@ func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent
 		}
 	})
 	for range min(int64(p.jobs), p.chunks) {
-		wg.Go(func() { work(runCtx, t, jobs, results) })
+		wg.Go(func() { work(runCtx, t, jobs, results, fail) })
 	}
 
 	werr := writeAll(runCtx, dst, p, pl, results, o.Progress)
@@ -318,7 +318,7 @@ func readFull(src io.ReaderAt, holes *holeFinder, buf []byte, off int64) error {
 }
 
 // work transforms chunks in place until jobs is closed or ctx is done.
-func work(ctx context.Context, t Transform, jobs <-chan chunk, results chan<- chunk) {
+func work(ctx context.Context, t Transform, jobs <-chan chunk, results chan<- chunk, fail func(error)) {
 	for {
 		var c chunk
 		var ok bool
@@ -335,7 +335,10 @@ func work(ctx context.Context, t Transform, jobs <-chan chunk, results chan<- ch
 		if ctx.Err() != nil {
 			return
 		}
-		t(c.buf, c.buf, c.sector)
+		if err := t(c.buf, c.buf, c.sector); err != nil {
+			fail(fmt.Errorf("sectors from IV sector %d: %w", c.sector, err))
+			return
+		}
 		select {
 		case results <- c:
 		case <-ctx.Done():

@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +78,7 @@ func TestOrderingRandomDelays(t *testing.T) {
 
 			var mu sync.Mutex
 			var calls []call
-			tr := func(d, s []byte, first uint64) {
+			tr := func(d, s []byte, first uint64) error {
 				if &d[0] != &s[0] {
 					t.Errorf("transform not in place")
 				}
@@ -88,6 +90,7 @@ func TestOrderingRandomDelays(t *testing.T) {
 				mu.Lock()
 				calls = append(calls, call{first, len(s)})
 				mu.Unlock()
+				return nil
 			}
 			var progress []int64
 			o := Options{Jobs: tc.jobs, ChunkSize: tc.chunk, SectorSize: tc.sector, Progress: func(n int64) { progress = append(progress, n) }}
@@ -190,7 +193,7 @@ func TestInvalidOptions(t *testing.T) {
 
 func TestNoExtents(t *testing.T) {
 	called := false
-	err := Run(context.Background(), discardWriter{}, zeroReader{}, nil, func(d, s []byte, _ uint64) { called = true }, Options{})
+	err := Run(context.Background(), discardWriter{}, zeroReader{}, nil, func(d, s []byte, _ uint64) error { called = true; return nil }, Options{})
 	if err != nil || called {
 		t.Errorf("Run with no extents: err %v, transform called %v; want nil, false", err, called)
 	}
@@ -291,7 +294,7 @@ func TestSyncError(t *testing.T) {
 // promptly with context.Canceled and leaves no goroutine behind.
 func TestCancel(t *testing.T) {
 	huge := []Extent{{Length: 1 << 40}}
-	slow := func(d, s []byte, first uint64) { time.Sleep(2 * time.Millisecond) }
+	slow := func(d, s []byte, first uint64) error { time.Sleep(2 * time.Millisecond); return nil }
 	cases := []struct {
 		name string
 		dst  io.WriterAt
@@ -301,7 +304,7 @@ func TestCancel(t *testing.T) {
 		{"transform", discardWriter{}, zeroReader{}, slow},
 		{"slow writer", &slowWriter{delay: 3 * time.Millisecond}, zeroReader{}, xorSectors},
 		{"slow reader", discardWriter{}, &genReader{size: 1 << 41, delay: 3 * time.Millisecond}, xorSectors},
-		{"fast", discardWriter{}, zeroReader{}, func(d, s []byte, first uint64) {}},
+		{"fast", discardWriter{}, zeroReader{}, func(d, s []byte, first uint64) error { return nil }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -337,7 +340,7 @@ func TestCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
-	err := Run(ctx, discardWriter{}, zeroReader{}, []Extent{{Length: 4096}}, func(d, s []byte, _ uint64) { called = true }, Options{})
+	err := Run(ctx, discardWriter{}, zeroReader{}, []Extent{{Length: 4096}}, func(d, s []byte, _ uint64) error { called = true; return nil }, Options{})
 	if !errors.Is(err, context.Canceled) || called {
 		t.Errorf("err %v, transform called %v; want context.Canceled, false", err, called)
 	}
@@ -361,7 +364,7 @@ func TestParallelTransforms(t *testing.T) {
 	for _, jobs := range []int{1, 4} {
 		var mu sync.Mutex
 		var running, peak int
-		tr := func(d, s []byte, _ uint64) {
+		tr := func(d, s []byte, _ uint64) error {
 			mu.Lock()
 			running++
 			peak = max(peak, running)
@@ -370,6 +373,7 @@ func TestParallelTransforms(t *testing.T) {
 			mu.Lock()
 			running--
 			mu.Unlock()
+			return nil
 		}
 		err := Run(context.Background(), discardWriter{}, zeroReader{}, []Extent{{Length: chunks * 4096}}, tr, Options{Jobs: jobs, ChunkSize: 4096})
 		if err != nil {
@@ -378,5 +382,28 @@ func TestParallelTransforms(t *testing.T) {
 		if peak != jobs {
 			t.Errorf("jobs=%d: %d transforms ran at once, want %d", jobs, peak, jobs)
 		}
+	}
+}
+
+// TestTransformError: a transform that fails (an authenticated mode
+// finding a bad tag, say) stops the run, and Run returns its error with the
+// IV sector of the chunk.
+func TestTransformError(t *testing.T) {
+	bad := errors.New("authentication tag mismatch")
+	const chunk = 64 << 10
+	var calls atomic.Int64
+	tr := func(d, s []byte, first uint64) error {
+		calls.Add(1)
+		if first == 5*chunk/UnitSize {
+			return bad
+		}
+		return nil
+	}
+	err := Run(context.Background(), discardWriter{}, zeroReader{}, []Extent{{Length: 64 * chunk}}, tr, Options{ChunkSize: chunk, Jobs: 2})
+	if !errors.Is(err, bad) || !strings.Contains(err.Error(), "IV sector 640") {
+		t.Fatalf("Run = %v, want the transform's error at IV sector 640", err)
+	}
+	if n := calls.Load(); n >= 64 {
+		t.Errorf("%d transforms ran after the failure; the run should stop", n)
 	}
 }
