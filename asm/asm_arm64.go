@@ -13,6 +13,7 @@ import (
 // (the generator itself runs on the host architecture).
 //
 //go:generate env -u GOARCH go run gen_arm64.go
+//go:generate env -u GOARCH go run gen_xts_arm64.go
 
 // # arm64 key layout
 //
@@ -169,5 +170,31 @@ func decryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize
 	decCE(&k.dec, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0], n, sectorSize, firstSector, uint64(sectorSize/512))
 }
 
-// xtsArchImpls: there is no arm64 XTS kernel yet; the generic code runs.
-func xtsArchImpls() []XTSImpl { return nil }
+// xtsArchImpls lists the arm64 XTS kernels this CPU supports.
+func xtsArchImpls() []XTSImpl {
+	if cpu.ARM64.HasAES {
+		return []XTSImpl{{Name: "arm64-ce", Encrypt: xtsEncryptCE, Decrypt: xtsDecryptCE}}
+	}
+	return nil
+}
+
+func xtsCallCE(f func(nr int, xk *byte, mask uint64, txk *byte, dst, src *byte, first, step uint64, ss int, n int),
+	xk *byte, k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	if ss <= 0 || ss%512 != 0 {
+		panic("asm: XTS sector size is not a positive multiple of 512")
+	}
+	n := len(src) / ss
+	if n == 0 {
+		return
+	}
+	_ = dst[len(src)-1]
+	f(k.rounds, xk, mask, &tk.enc[0], &dst[0], &src[0], first, uint64(ss/512), ss, n)
+}
+
+func xtsEncryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCallCE(xtsEncCE, &k.enc[0], k, tk, dst, src, first, mask, ss)
+}
+
+func xtsDecryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
+	xtsCallCE(xtsDecCE, &k.dec[0], k, tk, dst, src, first, mask, ss)
+}
