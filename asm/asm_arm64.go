@@ -178,23 +178,10 @@ func xtsArchImpls() []XTSImpl {
 	return nil
 }
 
-func xtsCallCE(f func(nr int, xk *byte, mask uint64, txk *byte, dst, src *byte, first, step uint64, ss int, n int),
-	xk *byte, k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	if ss <= 0 || ss%512 != 0 {
-		panic("asm: XTS sector size is not a positive multiple of 512")
-	}
-	n := len(src) / ss
-	if n == 0 {
-		return
-	}
-	_ = dst[len(src)-1]
-	f(k.rounds, xk, mask, &tk.enc[0], &dst[0], &src[0], first, uint64(ss/512), ss, n)
-}
-
 func xtsEncryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCallCE(xtsEncCE, &k.enc[0], k, tk, dst, src, first, mask, ss)
+	xtsCall(xtsEncCE, &k.enc[0], k, tk, dst, src, first, mask, ss)
 }
 
 func xtsDecryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCallCE(xtsDecCE, &k.dec[0], k, tk, dst, src, first, mask, ss)
+	xtsCall(xtsDecCE, &k.dec[0], k, tk, dst, src, first, mask, ss)
 }

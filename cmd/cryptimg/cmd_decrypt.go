@@ -85,14 +85,9 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	key, err := readKey(g, o.key, "Enter passphrase for "+in+": ", false)
+	k, err := unlockImage(g, e, o.key, in, passPrompt(in), o.keySlot)
 	if err != nil {
 		return err
-	}
-	defer clear(key)
-	k, err := e.Unlock(key, o.keySlot)
-	if err != nil {
-		return fmt.Errorf("%s: %w", in, err)
 	}
 	defer k.Clear()
 

@@ -85,15 +85,11 @@ type keySlotJSON struct {
 }
 
 func runDump(g *globalOptions, o dumpOptions, path string) error {
-	f, err := openInput(path)
+	f, e, err := openImage(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	e, err := image.Open(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	if o.dumpVolumeKey {
 		return runDumpVolumeKey(g, o, path, e)
 	}
@@ -192,14 +188,9 @@ func runDumpVolumeKey(g *globalOptions, o dumpOptions, path string, e *image.Enc
 	if err := confirm(g, "The volume key opens the image without any passphrase.\nStore this dump encrypted, in a safe place."); err != nil {
 		return err
 	}
-	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	k, err := unlockImage(g, e, o.key, path, passPrompt(path), -1)
 	if err != nil {
 		return err
-	}
-	k, err := e.Unlock(key, -1)
-	clear(key)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer k.Clear()
 	vk := k.VolumeKey()

@@ -27,15 +27,11 @@ file renamed when complete, and an existing FILE is refused.
 			if image.SameFile(path, out) {
 				return usagef("%s: %w", out, image.ErrSameFile)
 			}
-			f, err := openInput(path)
+			f, e, err := openImage(path)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			e, err := image.Open(f)
-			if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
 			if err := e.HeaderBackup(out); err != nil {
 				return err
 			}
@@ -137,15 +133,11 @@ no key).
 
 func runUUID(g *globalOptions, o uuidOptions, path string) error {
 	if o.uuid == "" {
-		f, err := openInput(path)
+		f, e, err := openImage(path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		e, err := image.Open(f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
 		fmt.Fprintln(g.stdout, e.Header.UUID)
 		return nil
 	}

@@ -56,6 +56,21 @@ func info(g *globalOptions, format string, a ...any) {
 	}
 }
 
+// openImage opens an encrypted image read-only; errors name it. The caller
+// closes the file.
+func openImage(path string) (*os.File, *image.Encrypted, error) {
+	f, err := openInput(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := image.Open(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, e, nil
+}
+
 // openImageRW opens an encrypted image for a header update, locked
 // against other cryptimg processes (exit 5 if one holds it).
 func openImageRW(path string) (*os.File, *image.Encrypted, error) {
@@ -238,14 +253,8 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	} else {
-		key, err := readKey(g, o.key, "Enter any existing passphrase: ", false)
-		if err != nil {
+		if k, err = unlockImage(g, e, o.key, path, "Enter any existing passphrase: ", -1); err != nil {
 			return err
-		}
-		k, err = e.Unlock(key, -1)
-		clear(key)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	defer k.Clear()
@@ -478,14 +487,9 @@ func runChangeKey(g *globalOptions, o changeKeyOptions, path string) error {
 			return err
 		}
 	}
-	old, err := readKey(g, o.key, "Enter passphrase to be changed: ", false)
+	k, err := unlockImage(g, e, o.key, path, "Enter passphrase to be changed: ", o.keySlot)
 	if err != nil {
 		return err
-	}
-	k, err := e.Unlock(old, o.keySlot)
-	clear(old)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer k.Clear()
 	if inPlace {
@@ -539,16 +543,12 @@ func runTestKey(g *globalOptions, o testKeyOptions, path string) error {
 	if err := checkSlotFlag(o.keySlot); err != nil {
 		return err
 	}
-	f, err := openInput(path)
+	f, e, err := openImage(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	e, err := image.Open(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	key, err := readKey(g, o.key, passPrompt(path), false)
 	if err != nil {
 		return err
 	}

@@ -116,16 +116,10 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	secret, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
 	if err != nil {
 		src.Close()
 		return nil, err
-	}
-	k, err := e.Unlock(secret, o.keySlot)
-	clear(secret)
-	if err != nil {
-		src.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	v, err := e.View(src, k, true)
 	if err != nil {

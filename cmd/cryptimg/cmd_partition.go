@@ -167,14 +167,9 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	key, err := readKey(g, o.key, "Enter passphrase for partition "+fmt.Sprint(p.index)+" of "+in+": ", false)
+	k, err := unlockImage(g, e, o.key, in, "Enter passphrase for partition "+fmt.Sprint(p.index)+" of "+in+": ", o.keySlot)
 	if err != nil {
 		return err
-	}
-	k, err := e.Unlock(key, o.keySlot)
-	clear(key)
-	if err != nil {
-		return fmt.Errorf("%s: %w", in, err)
 	}
 	defer k.Clear()
 	dst, done, err := createOutput(g, out, o.force)

@@ -61,18 +61,11 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 	}
 	var k *image.Key
 	if child {
-		k, err = childKey(e, o.keySlot)
-	} else {
-		var secret []byte
-		secret, err = readKey(g, o.key, "Enter passphrase for "+img+": ", false)
-		if err != nil {
-			return err
+		if k, err = childKey(e, o.keySlot); err != nil {
+			return fmt.Errorf("%s: %w", img, err)
 		}
-		k, err = e.Unlock(secret, o.keySlot)
-		clear(secret)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", img, err)
+	} else if k, err = unlockImage(g, e, o.key, img, passPrompt(img), o.keySlot); err != nil {
+		return err
 	}
 	defer k.Clear()
 	if o.background && !child {

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image"
 	"golang.org/x/term"
 )
 
@@ -147,3 +148,23 @@ func checkKeySlot(slot int) error {
 	}
 	return nil
 }
+
+// unlockImage asks for a key with the key options (a key file, or the
+// terminal with prompt) and unlocks e with it: slot -1 tries every active
+// slot. Errors name the image. The key read is cleared; the caller clears
+// the returned Key.
+func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, prompt string, slot int) (*image.Key, error) {
+	key, err := readKey(g, k, prompt, false)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(key)
+	uk, err := e.Unlock(key, slot)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return uk, nil
+}
+
+// passPrompt is the usual prompt for the passphrase of an image.
+func passPrompt(path string) string { return "Enter passphrase for " + path + ": " }
