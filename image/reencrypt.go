@@ -26,8 +26,8 @@ type ReencryptOptions struct {
 	Passphrases [][]byte
 	// CipherName and CipherMode of the new header ("aes", "xts-plain64");
 	// empty keeps the current cipher. KeyBytes and Hash of the new key; 0
-	// and "" keep the current ones, except that a new cipher that does not
-	// take the current key size gets its default one.
+	// and "" keep the current ones, except that a new cipher gets its own
+	// default key size (cryptsetup's), as cryptsetup reencrypt --cipher.
 	CipherName, CipherMode string
 	KeyBytes               int
 	Hash                   string
@@ -419,7 +419,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	}
 	if o.CipherName != "" || o.CipherMode != "" {
 		p.CipherName, p.CipherMode = o.CipherName, o.CipherMode
-		if m, err := cipher.Lookup(p.CipherName, p.CipherMode); err == nil && !m.ValidKey(p.KeyBytes) {
+		if m, err := cipher.Lookup(p.CipherName, p.CipherMode); err == nil {
 			p.KeyBytes = m.DefaultKeyBytes
 		}
 	}

@@ -127,6 +127,30 @@ func crashCases() []crashCase {
 			},
 		},
 		{
+			// reencrypt --cipher: ESSIV with a 256-bit key to XTS with a
+			// 512-bit key, whose key slots need a larger header area.
+			name: "reencrypt-to-xts",
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return testLUKS(&testing.T{}, rng, plain, 32, rePass), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, CipherName: "aes", CipherMode: "xts-plain64",
+					ForceIterations: 1000, InPlaceOptions: faultOpts()})
+				return err
+			},
+			check: func(t *testing.T, img, plain, before []byte) {
+				got, h := testDecrypt(t, img, rePass)
+				if !bytes.Equal(got, plain) {
+					t.Fatal("plaintext changed")
+				}
+				old, _ := header.Parse(before[:1024])
+				if h.CipherSpec() != "aes-xts-plain64" || h.KeyBytes != 64 || h.UUID != old.UUID || h.PayloadOffset != old.PayloadOffset {
+					t.Fatalf("new header: %s, %d-byte key, payload %d", h.CipherSpec(), h.KeyBytes, h.PayloadOffset)
+				}
+			},
+		},
+		{
 			name: "encrypt",
 			setup: func(rng *rand.Rand) ([]byte, []byte) {
 				plain := testPlain(rng, faultImage)

@@ -97,7 +97,7 @@ func (g *globalOptions) stdinIsTerminal() bool {
 func newRootCommand(g *globalOptions) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cryptimg",
-		Short: "Encrypt and decrypt disk images with LUKS1 aes-cbc-essiv:sha256",
+		Short: "Encrypt and decrypt disk images behind LUKS1 (aes-cbc-essiv:sha256, aes-xts-plain64, ...)",
 		Long: `cryptimg encrypts and decrypts disk image files behind a LUKS1 header with
 aes-cbc-essiv:sha256. It needs no root, no device-mapper and no kernel support,
 and its images open with cryptsetup, dm-crypt and qemu.
