@@ -5,6 +5,7 @@
 //
 //	essiv/essiv-cbc-aes-sha256.json              Linux crypto/testmgr.h essiv_aes_cbc_tv_template
 //	essiv/cryptsetup-essiv-sha256-storage.json   cryptsetup tests/crypto-vectors.c essiv:sha256
+//	cipher/cryptsetup-plain-storage.json         cryptsetup tests/crypto-vectors.c plain and plain64 (CBC)
 //
 // Provenance and field meanings are in README.md beside this file.
 package vectors
@@ -14,7 +15,7 @@ import (
 	"io/fs"
 )
 
-//go:embed essiv luks
+//go:embed essiv luks cipher
 var files embed.FS
 
 // FS holds every vector file, by path relative to this folder.

@@ -5,14 +5,17 @@ import (
 	"crypto/aes"
 	gocipher "crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/cryptimg/cryptimg/asm"
 	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/vectors"
 	"golang.org/x/crypto/xts"
 )
 
@@ -235,5 +238,48 @@ func TestNoAllocsPerSector(t *testing.T) {
 		if n > 2 {
 			t.Errorf("%s: %.0f allocations for 128 sectors", spec, n)
 		}
+	}
+}
+
+// TestCryptsetupStorageVectors: cryptsetup's own vectors for cbc-plain and
+// cbc-plain64 (vectors/cipher), which start 8 sectors below 2^32 so that
+// plain wraps and plain64 does not.
+func TestCryptsetupStorageVectors(t *testing.T) {
+	raw, err := vectors.ReadFile("cipher/cryptsetup-plain-storage.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []struct {
+		IVName     string `json:"iv_name"`
+		Key        string `json:"key"`
+		IVOffset   uint64 `json:"iv_offset"`
+		DataLength int    `json:"data_length"`
+		Out        []struct {
+			SectorSize int    `json:"sector_size"`
+			LargeIV    bool   `json:"large_iv"`
+			OutSHA256  string `json:"out_sha256"`
+		} `json:"out"`
+	}
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vs {
+		for _, o := range v.Out {
+			c := mustSector(t, "aes-cbc-"+v.IVName, unhex(t, v.Key))
+			buf := make([]byte, v.DataLength)
+			c.EncryptSectors(buf, buf, v.IVOffset, o.SectorSize)
+			if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != o.OutSHA256 {
+				t.Errorf("cbc-%s, %d-byte sectors: sha256 %x, want %s", v.IVName, o.SectorSize, got, o.OutSHA256)
+			}
+			c.DecryptSectors(buf, buf, v.IVOffset, o.SectorSize)
+			if !bytes.Equal(buf, make([]byte, v.DataLength)) {
+				t.Errorf("cbc-%s, %d-byte sectors: decrypt does not give zeros back", v.IVName, o.SectorSize)
+			}
+			n++
+		}
+	}
+	if n != 8 {
+		t.Fatalf("%d vectors checked, want 8", n)
 	}
 }
