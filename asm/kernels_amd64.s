@@ -19055,8 +19055,26 @@ xts_done_249:
 	VMOVDQU Y0, 480(SP)
 	RET
 
+DATA xtsLaneShifts<>+0(SB)/8, $0x0000000000000000
+DATA xtsLaneShifts<>+8(SB)/8, $0x0000000000000000
+DATA xtsLaneShifts<>+16(SB)/8, $0x0000000000000001
+DATA xtsLaneShifts<>+24(SB)/8, $0x0000000000000001
+DATA xtsLaneShifts<>+32(SB)/8, $0x0000000000000002
+DATA xtsLaneShifts<>+40(SB)/8, $0x0000000000000002
+DATA xtsLaneShifts<>+48(SB)/8, $0x0000000000000003
+DATA xtsLaneShifts<>+56(SB)/8, $0x0000000000000003
+DATA xtsLaneShifts<>+64(SB)/8, $0x0000000000000040
+DATA xtsLaneShifts<>+72(SB)/8, $0x0000000000000040
+DATA xtsLaneShifts<>+80(SB)/8, $0x000000000000003f
+DATA xtsLaneShifts<>+88(SB)/8, $0x000000000000003f
+DATA xtsLaneShifts<>+96(SB)/8, $0x000000000000003e
+DATA xtsLaneShifts<>+104(SB)/8, $0x000000000000003e
+DATA xtsLaneShifts<>+112(SB)/8, $0x000000000000003d
+DATA xtsLaneShifts<>+120(SB)/8, $0x000000000000003d
+GLOBL xtsLaneShifts<>(SB), RODATA|NOPTR, $128
+
 // func xtsEncAVX512(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, PCLMULQDQ, VAES, VPCLMULQDQ
+// Requires: AVX, AVX512BW, AVX512F, CMOV, VAES, VPCLMULQDQ
 TEXT ·xtsEncAVX512(SB), $512-80
 	MOVQ nr+0(FP), AX
 	MOVQ xk+8(FP), BX
@@ -19073,6 +19091,10 @@ TEXT ·xtsEncAVX512(SB), $512-80
 	MOVQ       $0x00000087, R14
 	VMOVQ      R14, X10
 	VSHUFI64X2 $0x00, Z10, Z10, Z10
+
+	// per-lane shift counts: lane l multiplies by x^l
+	VMOVDQU64 xtsLaneShifts<>+0(SB), Z25
+	VMOVDQU64 xtsLaneShifts<>+64(SB), Z26
 
 xtsz_chunk_255:
 	TESTQ R11, R11
@@ -19458,74 +19480,57 @@ zrounds_done_257:
 
 xtsz_sector_258:
 	// Tweaks T*x^0 .. T*x^31 of the sector's first iteration
-	VMOVDQU      (SP)(R15*1), X11
-	VPSLLQ       $0x01, X11, X12
-	VPSRLQ       $0x3f, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x01, X12, Z11, Z11
-	VPSLLQ       $0x02, X11, X12
-	VPSRLQ       $0x3e, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x02, X12, Z11, Z11
-	VPSLLQ       $0x03, X11, X12
-	VPSRLQ       $0x3d, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x03, X12, Z11, Z11
-	VMOVDQA64    Z11, Z16
-	VPSLLQ       $0x04, Z11, Z17
-	VPSRLQ       $0x3c, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z17, Z17
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z17, Z17
-	VPSRLDQ      $0x0f, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x01, Z11, Z18
-	VPXORQ       Z13, Z18, Z18
-	VPSLLQ       $0x0c, Z11, Z19
-	VPSRLQ       $0x34, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z19, Z19
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z19, Z19
-	VPSRLDQ      $0x0e, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x02, Z11, Z20
-	VPXORQ       Z13, Z20, Z20
-	VPSLLQ       $0x14, Z11, Z21
-	VPSRLQ       $0x2c, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z21, Z21
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z21, Z21
-	VPSRLDQ      $0x0d, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x03, Z11, Z22
-	VPXORQ       Z13, Z22, Z22
-	VPSLLQ       $0x1c, Z11, Z23
-	VPSRLQ       $0x24, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z23, Z23
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z23, Z23
-	MOVQ         R10, R13
-	SHRQ         $0x04, R13
+	VBROADCASTI32X4 (SP)(R15*1), Z14
+	VPSLLVQ         Z25, Z14, Z16
+	VPSRLVQ         Z26, Z14, Z13
+	VPSLLDQ         $0x08, Z13, Z12
+	VPXORQ          Z12, Z16, Z16
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z16, Z16
+	VMOVDQA64       Z16, Z11
+	VPSLLQ          $0x04, Z11, Z17
+	VPSRLQ          $0x3c, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z17, Z17
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z17, Z17
+	VPSRLDQ         $0x0f, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x01, Z11, Z18
+	VPXORQ          Z13, Z18, Z18
+	VPSLLQ          $0x0c, Z11, Z19
+	VPSRLQ          $0x34, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z19, Z19
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z19, Z19
+	VPSRLDQ         $0x0e, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x02, Z11, Z20
+	VPXORQ          Z13, Z20, Z20
+	VPSLLQ          $0x14, Z11, Z21
+	VPSRLQ          $0x2c, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z21, Z21
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z21, Z21
+	VPSRLDQ         $0x0d, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x03, Z11, Z22
+	VPXORQ          Z13, Z22, Z22
+	VPSLLQ          $0x1c, Z11, Z23
+	VPSRLQ          $0x24, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z23, Z23
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z23, Z23
+	MOVQ            R10, R13
+	SHRQ            $0x04, R13
 
 xtsz_blocks_259:
 	VBROADCASTI32X4 (BX), Z8
@@ -19667,6 +19672,8 @@ xtsz_blocks_259:
 	VAESENC         Z8, Z7, Z7
 
 xtsz_rounds_done_260:
+	CMPQ        R13, $0x20
+	JE          xtsz_last_iter_261
 	VPXORQ      Z9, Z16, Z12
 	VAESENCLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -19726,7 +19733,35 @@ xtsz_rounds_done_260:
 	ADDQ        $0x00000200, CX
 	ADDQ        $0x00000200, DX
 	SUBQ        $0x20, R13
-	JNZ         xtsz_blocks_259
+	JMP         xtsz_blocks_259
+
+xtsz_last_iter_261:
+	VPXORQ      Z9, Z16, Z12
+	VAESENCLAST Z12, Z0, Z0
+	VMOVDQU64   Z0, (DX)
+	VPXORQ      Z9, Z17, Z12
+	VAESENCLAST Z12, Z1, Z1
+	VMOVDQU64   Z1, 64(DX)
+	VPXORQ      Z9, Z18, Z12
+	VAESENCLAST Z12, Z2, Z2
+	VMOVDQU64   Z2, 128(DX)
+	VPXORQ      Z9, Z19, Z12
+	VAESENCLAST Z12, Z3, Z3
+	VMOVDQU64   Z3, 192(DX)
+	VPXORQ      Z9, Z20, Z12
+	VAESENCLAST Z12, Z4, Z4
+	VMOVDQU64   Z4, 256(DX)
+	VPXORQ      Z9, Z21, Z12
+	VAESENCLAST Z12, Z5, Z5
+	VMOVDQU64   Z5, 320(DX)
+	VPXORQ      Z9, Z22, Z12
+	VAESENCLAST Z12, Z6, Z6
+	VMOVDQU64   Z6, 384(DX)
+	VPXORQ      Z9, Z23, Z12
+	VAESENCLAST Z12, Z7, Z7
+	VMOVDQU64   Z7, 448(DX)
+	ADDQ        $0x00000200, CX
+	ADDQ        $0x00000200, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
 	JNZ         xtsz_sector_258
@@ -19762,7 +19797,7 @@ xtsz_done_256:
 	RET
 
 // func xtsDecAVX512(nr int, xk *byte, mask uint64, txk *byte, dst *byte, src *byte, first uint64, step uint64, ss int, n int)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, PCLMULQDQ, VAES, VPCLMULQDQ
+// Requires: AVX, AVX512BW, AVX512F, CMOV, VAES, VPCLMULQDQ
 TEXT ·xtsDecAVX512(SB), $512-80
 	MOVQ nr+0(FP), AX
 	MOVQ xk+8(FP), BX
@@ -19780,9 +19815,13 @@ TEXT ·xtsDecAVX512(SB), $512-80
 	VMOVQ      R14, X10
 	VSHUFI64X2 $0x00, Z10, Z10, Z10
 
-xtsz_chunk_261:
+	// per-lane shift counts: lane l multiplies by x^l
+	VMOVDQU64 xtsLaneShifts<>+0(SB), Z25
+	VMOVDQU64 xtsLaneShifts<>+64(SB), Z26
+
+xtsz_chunk_262:
 	TESTQ R11, R11
-	JZ    xtsz_done_262
+	JZ    xtsz_done_263
 
 	// Initial tweaks of the next chunk of 32 sectors
 	MOVQ            R8, R14
@@ -20089,7 +20128,7 @@ xtsz_chunk_261:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              zrounds_done_263
+	JB              zrounds_done_264
 	VBROADCASTI32X4 160(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -20108,7 +20147,7 @@ xtsz_chunk_261:
 	VAESENC         Z8, Z5, Z5
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
-	JE              zrounds_done_263
+	JE              zrounds_done_264
 	VBROADCASTI32X4 192(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -20128,7 +20167,7 @@ xtsz_chunk_261:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 
-zrounds_done_263:
+zrounds_done_264:
 	MOVQ            AX, R14
 	SHLQ            $0x04, R14
 	ADDQ            DI, R14
@@ -20162,78 +20201,61 @@ zrounds_done_263:
 	ADDQ            BX, R14
 	VBROADCASTI32X4 (R14), Z9
 
-xtsz_sector_264:
+xtsz_sector_265:
 	// Tweaks T*x^0 .. T*x^31 of the sector's first iteration
-	VMOVDQU      (SP)(R15*1), X11
-	VPSLLQ       $0x01, X11, X12
-	VPSRLQ       $0x3f, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x01, X12, Z11, Z11
-	VPSLLQ       $0x02, X11, X12
-	VPSRLQ       $0x3e, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x02, X12, Z11, Z11
-	VPSLLQ       $0x03, X11, X12
-	VPSRLQ       $0x3d, X11, X13
-	VPSLLDQ      $0x08, X13, X14
-	VPXOR        X14, X12, X12
-	VPSRLDQ      $0x08, X13, X13
-	VPCLMULQDQ   $0x00, X10, X13, X13
-	VPXOR        X13, X12, X12
-	VINSERTI32X4 $0x03, X12, Z11, Z11
-	VMOVDQA64    Z11, Z16
-	VPSLLQ       $0x04, Z11, Z17
-	VPSRLQ       $0x3c, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z17, Z17
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z17, Z17
-	VPSRLDQ      $0x0f, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x01, Z11, Z18
-	VPXORQ       Z13, Z18, Z18
-	VPSLLQ       $0x0c, Z11, Z19
-	VPSRLQ       $0x34, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z19, Z19
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z19, Z19
-	VPSRLDQ      $0x0e, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x02, Z11, Z20
-	VPXORQ       Z13, Z20, Z20
-	VPSLLQ       $0x14, Z11, Z21
-	VPSRLQ       $0x2c, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z21, Z21
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z21, Z21
-	VPSRLDQ      $0x0d, Z11, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPSLLDQ      $0x03, Z11, Z22
-	VPXORQ       Z13, Z22, Z22
-	VPSLLQ       $0x1c, Z11, Z23
-	VPSRLQ       $0x24, Z11, Z13
-	VPSLLDQ      $0x08, Z13, Z14
-	VPXORQ       Z14, Z23, Z23
-	VPSRLDQ      $0x08, Z13, Z13
-	VPCLMULQDQ   $0x00, Z10, Z13, Z13
-	VPXORQ       Z13, Z23, Z23
-	MOVQ         R10, R13
-	SHRQ         $0x04, R13
+	VBROADCASTI32X4 (SP)(R15*1), Z14
+	VPSLLVQ         Z25, Z14, Z16
+	VPSRLVQ         Z26, Z14, Z13
+	VPSLLDQ         $0x08, Z13, Z12
+	VPXORQ          Z12, Z16, Z16
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z16, Z16
+	VMOVDQA64       Z16, Z11
+	VPSLLQ          $0x04, Z11, Z17
+	VPSRLQ          $0x3c, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z17, Z17
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z17, Z17
+	VPSRLDQ         $0x0f, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x01, Z11, Z18
+	VPXORQ          Z13, Z18, Z18
+	VPSLLQ          $0x0c, Z11, Z19
+	VPSRLQ          $0x34, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z19, Z19
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z19, Z19
+	VPSRLDQ         $0x0e, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x02, Z11, Z20
+	VPXORQ          Z13, Z20, Z20
+	VPSLLQ          $0x14, Z11, Z21
+	VPSRLQ          $0x2c, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z21, Z21
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z21, Z21
+	VPSRLDQ         $0x0d, Z11, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPSLLDQ         $0x03, Z11, Z22
+	VPXORQ          Z13, Z22, Z22
+	VPSLLQ          $0x1c, Z11, Z23
+	VPSRLQ          $0x24, Z11, Z13
+	VPSLLDQ         $0x08, Z13, Z14
+	VPXORQ          Z14, Z23, Z23
+	VPSRLDQ         $0x08, Z13, Z13
+	VPCLMULQDQ      $0x00, Z10, Z13, Z13
+	VPXORQ          Z13, Z23, Z23
+	MOVQ            R10, R13
+	SHRQ            $0x04, R13
 
-xtsz_blocks_265:
+xtsz_blocks_266:
 	VBROADCASTI32X4 (BX), Z8
 	VMOVDQA64       Z8, Z0
 	VPTERNLOGQ      $0x96, (CX), Z16, Z0
@@ -20333,7 +20355,7 @@ xtsz_blocks_265:
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              xtsz_rounds_done_266
+	JB              xtsz_rounds_done_267
 	VBROADCASTI32X4 160(BX), Z8
 	VAESDEC         Z8, Z0, Z0
 	VAESDEC         Z8, Z1, Z1
@@ -20352,7 +20374,7 @@ xtsz_blocks_265:
 	VAESDEC         Z8, Z5, Z5
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
-	JE              xtsz_rounds_done_266
+	JE              xtsz_rounds_done_267
 	VBROADCASTI32X4 192(BX), Z8
 	VAESDEC         Z8, Z0, Z0
 	VAESDEC         Z8, Z1, Z1
@@ -20372,7 +20394,9 @@ xtsz_blocks_265:
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
 
-xtsz_rounds_done_266:
+xtsz_rounds_done_267:
+	CMPQ        R13, $0x20
+	JE          xtsz_last_iter_268
 	VPXORQ      Z9, Z16, Z12
 	VAESDECLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -20432,13 +20456,41 @@ xtsz_rounds_done_266:
 	ADDQ        $0x00000200, CX
 	ADDQ        $0x00000200, DX
 	SUBQ        $0x20, R13
-	JNZ         xtsz_blocks_265
+	JMP         xtsz_blocks_266
+
+xtsz_last_iter_268:
+	VPXORQ      Z9, Z16, Z12
+	VAESDECLAST Z12, Z0, Z0
+	VMOVDQU64   Z0, (DX)
+	VPXORQ      Z9, Z17, Z12
+	VAESDECLAST Z12, Z1, Z1
+	VMOVDQU64   Z1, 64(DX)
+	VPXORQ      Z9, Z18, Z12
+	VAESDECLAST Z12, Z2, Z2
+	VMOVDQU64   Z2, 128(DX)
+	VPXORQ      Z9, Z19, Z12
+	VAESDECLAST Z12, Z3, Z3
+	VMOVDQU64   Z3, 192(DX)
+	VPXORQ      Z9, Z20, Z12
+	VAESDECLAST Z12, Z4, Z4
+	VMOVDQU64   Z4, 256(DX)
+	VPXORQ      Z9, Z21, Z12
+	VAESDECLAST Z12, Z5, Z5
+	VMOVDQU64   Z5, 320(DX)
+	VPXORQ      Z9, Z22, Z12
+	VAESDECLAST Z12, Z6, Z6
+	VMOVDQU64   Z6, 384(DX)
+	VPXORQ      Z9, Z23, Z12
+	VAESDECLAST Z12, Z7, Z7
+	VMOVDQU64   Z7, 448(DX)
+	ADDQ        $0x00000200, CX
+	ADDQ        $0x00000200, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
-	JNZ         xtsz_sector_264
-	JMP         xtsz_chunk_261
+	JNZ         xtsz_sector_265
+	JMP         xtsz_chunk_262
 
-xtsz_done_262:
+xtsz_done_263:
 	// Clear the tweak buffer and every vector register
 	VZEROALL
 	VPXORQ    Z16, Z16, Z16

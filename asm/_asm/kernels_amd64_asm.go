@@ -72,6 +72,7 @@ func main() {
 	xtsSectors("xtsDecAESNI", sse, true)
 	xtsSectors("xtsEncVAES", avxY, false)
 	xtsSectors("xtsDecVAES", avxY, true)
+	xtsConstants()
 	xtsSectorsZ("xtsEncAVX512", false)
 	xtsSectorsZ("xtsDecAVX512", true)
 

@@ -289,6 +289,22 @@ func zmulX(src, dst, a, b, poly VecPhysical, k int) {
 // registers: states Z0-Z7, tweaks Z16-Z23, round key Z8, last round key Z9,
 // poly Z10, scratch Z11-Z15. An iteration covers 32 blocks, so ss must be a
 // multiple of 512; a chunk is 32 sectors.
+// xtsLaneShifts holds the shift counts of xtsSectorsZ's first tweak
+// register: quadwords of lane l shift left by l and right by 64-l.
+var xtsLaneShifts Mem
+
+func xtsConstants() {
+	xtsLaneShifts = GLOBL("xtsLaneShifts", RODATA|NOPTR)
+	// The assembler wants DATA in increasing offsets.
+	for i, count := range []func(l int) uint64{func(l int) uint64 { return uint64(l) }, func(l int) uint64 { return uint64(64 - l) }} {
+		for l := 0; l < 4; l++ {
+			for q := 0; q < 2; q++ {
+				DATA(64*i+16*l+8*q, U64(count(l)))
+			}
+		}
+	}
+}
+
 func xtsSectorsZ(name string, dec bool) {
 	TEXT(name, 0, xtsSig)
 	Pragma("noescape")
@@ -304,6 +320,7 @@ func xtsSectorsZ(name string, dec bool) {
 	states, tweaks := zregs[0:V], zregs[16:16+V]
 	key, klast, poly := Z8, Z9, Z10
 	ta, tb, tc, td := Z11, Z12, Z13, Z14
+	shl, shr := Z25, Z26 // lane l: l and 64-l, per quadword
 
 	nr := Load(Param("nr"), RAX).(GPPhysical)
 	xk := Load(Param("xk"), RBX).(GPPhysical)
@@ -321,6 +338,9 @@ func xtsSectorsZ(name string, dec bool) {
 	MOVQ(U32(0x87), t1)
 	VMOVQ(t1, X10)
 	VSHUFI64X2(Imm(0), poly, poly, poly)
+	Comment("per-lane shift counts: lane l multiplies by x^l")
+	VMOVDQU64(xtsLaneShifts.Offset(0), shl)
+	VMOVDQU64(xtsLaneShifts.Offset(64), shr)
 
 	chunkLoop := newLabel("xtsz_chunk")
 	done := newLabel("xtsz_done")
@@ -371,14 +391,17 @@ func xtsSectorsZ(name string, dec bool) {
 	blockLoop := newLabel("xtsz_blocks")
 	Label(sectorLoop)
 	Comment("Tweaks T*x^0 .. T*x^31 of the sector's first iteration")
-	VMOVDQU(ivbuf.Idx(t2, 1), X11) // T
-	avxX.mulX(X11, X12, X13, X14, X10, 1)
-	VINSERTI32X4(Imm(1), X12, ta, ta)
-	avxX.mulX(X11, X12, X13, X14, X10, 2)
-	VINSERTI32X4(Imm(2), X12, ta, ta)
-	avxX.mulX(X11, X12, X13, X14, X10, 3)
-	VINSERTI32X4(Imm(3), X12, ta, ta)
-	VMOVDQA64(ta, tweaks[0])
+	// T in every lane, then lane l times x^l with per-lane shifts (a
+	// shift by 64 gives zero, so lane 0 keeps T).
+	VBROADCASTI32X4(ivbuf.Idx(t2, 1), td)
+	VPSLLVQ(shl, td, tweaks[0])
+	VPSRLVQ(shr, td, tc)
+	VPSLLDQ(Imm(8), tc, tb)
+	VPXORQ(tb, tweaks[0], tweaks[0])
+	VPSRLDQ(Imm(8), tc, tc)
+	VPCLMULQDQ(Imm(0), poly, tc, tc)
+	VPXORQ(tc, tweaks[0], tweaks[0])
+	VMOVDQA64(tweaks[0], ta)
 	for v := 1; v < V; v++ {
 		zmulX(ta, tweaks[v], tc, td, poly, 4*v)
 	}
@@ -413,6 +436,11 @@ func xtsSectorsZ(name string, dec bool) {
 		}
 		Label(doneR)
 	}
+	// The sector's last iteration needs no next tweaks (a 512-byte sector
+	// has only one iteration).
+	lastIter := newLabel("xtsz_last_iter")
+	CMPQ(blocks, Imm(uint64(perIter)))
+	JE(LabelRef(lastIter))
 	for v, s := range states {
 		VPXORQ(klast, tweaks[v], tb)
 		last(tb, s, s)
@@ -426,7 +454,15 @@ func xtsSectorsZ(name string, dec bool) {
 	ADDQ(U32(V*width), src)
 	ADDQ(U32(V*width), dst)
 	SUBQ(Imm(uint64(perIter)), blocks)
-	JNZ(LabelRef(blockLoop))
+	JMP(LabelRef(blockLoop))
+	Label(lastIter)
+	for v, s := range states {
+		VPXORQ(klast, tweaks[v], tb)
+		last(tb, s, s)
+		VMOVDQU64(s, Mem{Base: dst, Disp: v * width})
+	}
+	ADDQ(U32(V*width), src)
+	ADDQ(U32(V*width), dst)
 
 	ADDQ(Imm(16), t2)
 	DECQ(inChunk)
