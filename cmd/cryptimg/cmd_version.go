@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 
 	"github.com/cryptimg/cryptimg/essiv"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/spf13/cobra"
 )
 
@@ -24,10 +25,10 @@ func version() string {
 func newVersionCommand(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version and the AES kernel in use",
+		Short: "Print the version and the AES kernels in use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintf(g.stdout, "cryptimg %s (aes kernel: %s)\n", version(), essiv.Kernel())
+			fmt.Fprintf(g.stdout, "cryptimg %s (aes kernel: %s, xts kernel: %s)\n", version(), essiv.Kernel(), cipher.XTSKernel())
 			return nil
 		},
 	}

@@ -62,3 +62,6 @@ func (x *xtsCipher) Clear() {
 
 // Implementation names the XTS kernel in use.
 func (x *xtsCipher) Implementation() string { return x.impl.Name }
+
+// XTSKernel names the XTS kernel this CPU runs, for example "vaes-avx512".
+func XTSKernel() string { return asm.BestXTS().Name }
