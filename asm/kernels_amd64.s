@@ -17123,6 +17123,8 @@ xts_blocks_231:
 	AESENC X8, X7
 
 rounds_done_233:
+	CMPQ       R13, $0x08
+	JE         xts_last_iter_234
 	MOVOU      128(SP), X9
 	MOVO       X9, X13
 	PXOR       X15, X13
@@ -17222,7 +17224,51 @@ rounds_done_233:
 	ADDQ       $0x00000080, CX
 	ADDQ       $0x00000080, DX
 	SUBQ       $0x08, R13
-	JNZ        xts_blocks_231
+	JMP        xts_blocks_231
+
+xts_last_iter_234:
+	MOVOU      128(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X0
+	MOVOU      X0, (DX)
+	MOVOU      144(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X1
+	MOVOU      X1, 16(DX)
+	MOVOU      160(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X2
+	MOVOU      X2, 32(DX)
+	MOVOU      176(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X3
+	MOVOU      X3, 48(DX)
+	MOVOU      192(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X4
+	MOVOU      X4, 64(DX)
+	MOVOU      208(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X5
+	MOVOU      X5, 80(DX)
+	MOVOU      224(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X6
+	MOVOU      X6, 96(DX)
+	MOVOU      240(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESENCLAST X13, X7
+	MOVOU      X7, 112(DX)
+	ADDQ       $0x00000080, CX
+	ADDQ       $0x00000080, DX
 	ADDQ       $0x10, R15
 	DECQ       R12
 	JNZ        xts_sector_230
@@ -17282,9 +17328,9 @@ TEXT ·xtsDecAESNI(SB), $256-80
 	MOVQ $0x00000087, R14
 	MOVQ R14, X14
 
-xts_chunk_234:
+xts_chunk_235:
 	TESTQ R11, R11
-	JZ    xts_done_235
+	JZ    xts_done_236
 
 	// Initial tweaks of the next chunk of sectors
 	MOVQ   R8, R14
@@ -17415,7 +17461,7 @@ xts_chunk_234:
 	AESENC X8, X6
 	AESENC X8, X7
 	CMPQ   AX, $0x0c
-	JB     rounds_done_236
+	JB     rounds_done_237
 	MOVOU  160(DI), X8
 	AESENC X8, X0
 	AESENC X8, X1
@@ -17434,7 +17480,7 @@ xts_chunk_234:
 	AESENC X8, X5
 	AESENC X8, X6
 	AESENC X8, X7
-	JE     rounds_done_236
+	JE     rounds_done_237
 	MOVOU  192(DI), X8
 	AESENC X8, X0
 	AESENC X8, X1
@@ -17454,7 +17500,7 @@ xts_chunk_234:
 	AESENC X8, X6
 	AESENC X8, X7
 
-rounds_done_236:
+rounds_done_237:
 	MOVQ       AX, R14
 	SHLQ       $0x04, R14
 	ADDQ       DI, R14
@@ -17488,7 +17534,7 @@ rounds_done_236:
 	ADDQ       BX, R14
 	MOVOU      (R14), X15
 
-xts_sector_237:
+xts_sector_238:
 	// Tweaks T*x^0 .. T*x^(B-1) of the sector's first iteration
 	MOVOU     (SP)(R15*1), X9
 	MOVOU     X9, 128(SP)
@@ -17572,7 +17618,7 @@ xts_sector_237:
 	MOVQ      R10, R13
 	SHRQ      $0x04, R13
 
-xts_blocks_238:
+xts_blocks_239:
 	MOVOU  (BX), X8
 	MOVOU  (CX), X0
 	MOVOU  128(SP), X9
@@ -17688,7 +17734,7 @@ xts_blocks_238:
 	AESDEC X8, X6
 	AESDEC X8, X7
 	CMPQ   AX, $0x0c
-	JB     rounds_done_240
+	JB     rounds_done_241
 	MOVOU  160(BX), X8
 	AESDEC X8, X0
 	AESDEC X8, X1
@@ -17707,7 +17753,7 @@ xts_blocks_238:
 	AESDEC X8, X5
 	AESDEC X8, X6
 	AESDEC X8, X7
-	JE     rounds_done_240
+	JE     rounds_done_241
 	MOVOU  192(BX), X8
 	AESDEC X8, X0
 	AESDEC X8, X1
@@ -17727,7 +17773,9 @@ xts_blocks_238:
 	AESDEC X8, X6
 	AESDEC X8, X7
 
-rounds_done_240:
+rounds_done_241:
+	CMPQ       R13, $0x08
+	JE         xts_last_iter_242
 	MOVOU      128(SP), X9
 	MOVO       X9, X13
 	PXOR       X15, X13
@@ -17827,13 +17875,57 @@ rounds_done_240:
 	ADDQ       $0x00000080, CX
 	ADDQ       $0x00000080, DX
 	SUBQ       $0x08, R13
-	JNZ        xts_blocks_238
+	JMP        xts_blocks_239
+
+xts_last_iter_242:
+	MOVOU      128(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X0
+	MOVOU      X0, (DX)
+	MOVOU      144(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X1
+	MOVOU      X1, 16(DX)
+	MOVOU      160(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X2
+	MOVOU      X2, 32(DX)
+	MOVOU      176(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X3
+	MOVOU      X3, 48(DX)
+	MOVOU      192(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X4
+	MOVOU      X4, 64(DX)
+	MOVOU      208(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X5
+	MOVOU      X5, 80(DX)
+	MOVOU      224(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X6
+	MOVOU      X6, 96(DX)
+	MOVOU      240(SP), X9
+	MOVO       X9, X13
+	PXOR       X15, X13
+	AESDECLAST X13, X7
+	MOVOU      X7, 112(DX)
+	ADDQ       $0x00000080, CX
+	ADDQ       $0x00000080, DX
 	ADDQ       $0x10, R15
 	DECQ       R12
-	JNZ        xts_sector_237
-	JMP        xts_chunk_234
+	JNZ        xts_sector_238
+	JMP        xts_chunk_235
 
-xts_done_235:
+xts_done_236:
 	// Clear the tweak buffers and vector registers
 	PXOR  X0, X0
 	PXOR  X1, X1
@@ -17890,9 +17982,9 @@ TEXT ·xtsEncVAES(SB), $512-80
 	VPXOR        Y9, Y9, Y9
 	VPBLENDD     $0xcc, Y9, Y14, Y14
 
-xts_chunk_241:
+xts_chunk_243:
 	TESTQ R11, R11
-	JZ    xts_done_242
+	JZ    xts_done_244
 
 	// Initial tweaks of the next chunk of sectors
 	MOVQ           R8, R14
@@ -18071,7 +18163,7 @@ xts_chunk_241:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 	CMPQ           AX, $0x0c
-	JB             rounds_done_243
+	JB             rounds_done_245
 	VBROADCASTI128 160(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18090,7 +18182,7 @@ xts_chunk_241:
 	VAESENC        Y8, Y5, Y5
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
-	JE             rounds_done_243
+	JE             rounds_done_245
 	VBROADCASTI128 192(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18110,7 +18202,7 @@ xts_chunk_241:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 
-rounds_done_243:
+rounds_done_245:
 	MOVQ           AX, R14
 	SHLQ           $0x04, R14
 	ADDQ           DI, R14
@@ -18144,7 +18236,7 @@ rounds_done_243:
 	ADDQ           BX, R14
 	VBROADCASTI128 (R14), Y15
 
-xts_sector_244:
+xts_sector_246:
 	// Tweaks T*x^0 .. T*x^(B-1) of the sector's first iteration
 	VMOVDQU     (SP)(R15*1), X9
 	VPSLLQ      $0x01, X9, X10
@@ -18212,7 +18304,7 @@ xts_sector_244:
 	MOVQ        R10, R13
 	SHRQ        $0x04, R13
 
-xts_blocks_245:
+xts_blocks_247:
 	VBROADCASTI128 (BX), Y8
 	VMOVDQU        (CX), Y0
 	VPXOR          256(SP), Y0, Y0
@@ -18320,7 +18412,7 @@ xts_blocks_245:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 	CMPQ           AX, $0x0c
-	JB             rounds_done_247
+	JB             rounds_done_249
 	VBROADCASTI128 160(BX), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18339,7 +18431,7 @@ xts_blocks_245:
 	VAESENC        Y8, Y5, Y5
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
-	JE             rounds_done_247
+	JE             rounds_done_249
 	VBROADCASTI128 192(BX), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18359,7 +18451,9 @@ xts_blocks_245:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 
-rounds_done_247:
+rounds_done_249:
+	CMPQ        R13, $0x10
+	JE          xts_last_iter_250
 	VMOVDQU     256(SP), Y9
 	VPXOR       Y15, Y9, Y13
 	VAESENCLAST Y13, Y0, Y0
@@ -18435,13 +18529,49 @@ rounds_done_247:
 	ADDQ        $0x00000100, CX
 	ADDQ        $0x00000100, DX
 	SUBQ        $0x10, R13
-	JNZ         xts_blocks_245
+	JMP         xts_blocks_247
+
+xts_last_iter_250:
+	VMOVDQU     256(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y0, Y0
+	VMOVDQU     Y0, (DX)
+	VMOVDQU     288(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y1, Y1
+	VMOVDQU     Y1, 32(DX)
+	VMOVDQU     320(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y2, Y2
+	VMOVDQU     Y2, 64(DX)
+	VMOVDQU     352(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y3, Y3
+	VMOVDQU     Y3, 96(DX)
+	VMOVDQU     384(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y4, Y4
+	VMOVDQU     Y4, 128(DX)
+	VMOVDQU     416(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y5, Y5
+	VMOVDQU     Y5, 160(DX)
+	VMOVDQU     448(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y6, Y6
+	VMOVDQU     Y6, 192(DX)
+	VMOVDQU     480(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESENCLAST Y13, Y7, Y7
+	VMOVDQU     Y7, 224(DX)
+	ADDQ        $0x00000100, CX
+	ADDQ        $0x00000100, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
-	JNZ         xts_sector_244
-	JMP         xts_chunk_241
+	JNZ         xts_sector_246
+	JMP         xts_chunk_243
 
-xts_done_242:
+xts_done_244:
 	// Clear the tweak buffers and vector registers
 	VZEROALL
 	VMOVDQU Y0, (SP)
@@ -18483,9 +18613,9 @@ TEXT ·xtsDecVAES(SB), $512-80
 	VPXOR        Y9, Y9, Y9
 	VPBLENDD     $0xcc, Y9, Y14, Y14
 
-xts_chunk_248:
+xts_chunk_251:
 	TESTQ R11, R11
-	JZ    xts_done_249
+	JZ    xts_done_252
 
 	// Initial tweaks of the next chunk of sectors
 	MOVQ           R8, R14
@@ -18664,7 +18794,7 @@ xts_chunk_248:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 	CMPQ           AX, $0x0c
-	JB             rounds_done_250
+	JB             rounds_done_253
 	VBROADCASTI128 160(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18683,7 +18813,7 @@ xts_chunk_248:
 	VAESENC        Y8, Y5, Y5
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
-	JE             rounds_done_250
+	JE             rounds_done_253
 	VBROADCASTI128 192(DI), Y8
 	VAESENC        Y8, Y0, Y0
 	VAESENC        Y8, Y1, Y1
@@ -18703,7 +18833,7 @@ xts_chunk_248:
 	VAESENC        Y8, Y6, Y6
 	VAESENC        Y8, Y7, Y7
 
-rounds_done_250:
+rounds_done_253:
 	MOVQ           AX, R14
 	SHLQ           $0x04, R14
 	ADDQ           DI, R14
@@ -18737,7 +18867,7 @@ rounds_done_250:
 	ADDQ           BX, R14
 	VBROADCASTI128 (R14), Y15
 
-xts_sector_251:
+xts_sector_254:
 	// Tweaks T*x^0 .. T*x^(B-1) of the sector's first iteration
 	VMOVDQU     (SP)(R15*1), X9
 	VPSLLQ      $0x01, X9, X10
@@ -18805,7 +18935,7 @@ xts_sector_251:
 	MOVQ        R10, R13
 	SHRQ        $0x04, R13
 
-xts_blocks_252:
+xts_blocks_255:
 	VBROADCASTI128 (BX), Y8
 	VMOVDQU        (CX), Y0
 	VPXOR          256(SP), Y0, Y0
@@ -18913,7 +19043,7 @@ xts_blocks_252:
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
 	CMPQ           AX, $0x0c
-	JB             rounds_done_254
+	JB             rounds_done_257
 	VBROADCASTI128 160(BX), Y8
 	VAESDEC        Y8, Y0, Y0
 	VAESDEC        Y8, Y1, Y1
@@ -18932,7 +19062,7 @@ xts_blocks_252:
 	VAESDEC        Y8, Y5, Y5
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
-	JE             rounds_done_254
+	JE             rounds_done_257
 	VBROADCASTI128 192(BX), Y8
 	VAESDEC        Y8, Y0, Y0
 	VAESDEC        Y8, Y1, Y1
@@ -18952,7 +19082,9 @@ xts_blocks_252:
 	VAESDEC        Y8, Y6, Y6
 	VAESDEC        Y8, Y7, Y7
 
-rounds_done_254:
+rounds_done_257:
+	CMPQ        R13, $0x10
+	JE          xts_last_iter_258
 	VMOVDQU     256(SP), Y9
 	VPXOR       Y15, Y9, Y13
 	VAESDECLAST Y13, Y0, Y0
@@ -19028,13 +19160,49 @@ rounds_done_254:
 	ADDQ        $0x00000100, CX
 	ADDQ        $0x00000100, DX
 	SUBQ        $0x10, R13
-	JNZ         xts_blocks_252
+	JMP         xts_blocks_255
+
+xts_last_iter_258:
+	VMOVDQU     256(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y0, Y0
+	VMOVDQU     Y0, (DX)
+	VMOVDQU     288(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y1, Y1
+	VMOVDQU     Y1, 32(DX)
+	VMOVDQU     320(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y2, Y2
+	VMOVDQU     Y2, 64(DX)
+	VMOVDQU     352(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y3, Y3
+	VMOVDQU     Y3, 96(DX)
+	VMOVDQU     384(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y4, Y4
+	VMOVDQU     Y4, 128(DX)
+	VMOVDQU     416(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y5, Y5
+	VMOVDQU     Y5, 160(DX)
+	VMOVDQU     448(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y6, Y6
+	VMOVDQU     Y6, 192(DX)
+	VMOVDQU     480(SP), Y9
+	VPXOR       Y15, Y9, Y13
+	VAESDECLAST Y13, Y7, Y7
+	VMOVDQU     Y7, 224(DX)
+	ADDQ        $0x00000100, CX
+	ADDQ        $0x00000100, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
-	JNZ         xts_sector_251
-	JMP         xts_chunk_248
+	JNZ         xts_sector_254
+	JMP         xts_chunk_251
 
-xts_done_249:
+xts_done_252:
 	// Clear the tweak buffers and vector registers
 	VZEROALL
 	VMOVDQU Y0, (SP)
@@ -19096,9 +19264,9 @@ TEXT ·xtsEncAVX512(SB), $512-80
 	VMOVDQU64 xtsLaneShifts<>+0(SB), Z25
 	VMOVDQU64 xtsLaneShifts<>+64(SB), Z26
 
-xtsz_chunk_255:
+xtsz_chunk_259:
 	TESTQ R11, R11
-	JZ    xtsz_done_256
+	JZ    xtsz_done_260
 
 	// Initial tweaks of the next chunk of 32 sectors
 	MOVQ            R8, R14
@@ -19405,7 +19573,7 @@ xtsz_chunk_255:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              zrounds_done_257
+	JB              zrounds_done_261
 	VBROADCASTI32X4 160(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -19424,7 +19592,7 @@ xtsz_chunk_255:
 	VAESENC         Z8, Z5, Z5
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
-	JE              zrounds_done_257
+	JE              zrounds_done_261
 	VBROADCASTI32X4 192(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -19444,7 +19612,7 @@ xtsz_chunk_255:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 
-zrounds_done_257:
+zrounds_done_261:
 	MOVQ            AX, R14
 	SHLQ            $0x04, R14
 	ADDQ            DI, R14
@@ -19478,7 +19646,7 @@ zrounds_done_257:
 	ADDQ            BX, R14
 	VBROADCASTI32X4 (R14), Z9
 
-xtsz_sector_258:
+xtsz_sector_262:
 	// Tweaks T*x^0 .. T*x^31 of the sector's first iteration
 	VBROADCASTI32X4 (SP)(R15*1), Z14
 	VPSLLVQ         Z25, Z14, Z16
@@ -19532,7 +19700,7 @@ xtsz_sector_258:
 	MOVQ            R10, R13
 	SHRQ            $0x04, R13
 
-xtsz_blocks_259:
+xtsz_blocks_263:
 	VBROADCASTI32X4 (BX), Z8
 	VMOVDQA64       Z8, Z0
 	VPTERNLOGQ      $0x96, (CX), Z16, Z0
@@ -19632,7 +19800,7 @@ xtsz_blocks_259:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              xtsz_rounds_done_260
+	JB              xtsz_rounds_done_264
 	VBROADCASTI32X4 160(BX), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -19651,7 +19819,7 @@ xtsz_blocks_259:
 	VAESENC         Z8, Z5, Z5
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
-	JE              xtsz_rounds_done_260
+	JE              xtsz_rounds_done_264
 	VBROADCASTI32X4 192(BX), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -19671,9 +19839,9 @@ xtsz_blocks_259:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 
-xtsz_rounds_done_260:
+xtsz_rounds_done_264:
 	CMPQ        R13, $0x20
-	JE          xtsz_last_iter_261
+	JE          xtsz_last_iter_265
 	VPXORQ      Z9, Z16, Z12
 	VAESENCLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -19733,9 +19901,9 @@ xtsz_rounds_done_260:
 	ADDQ        $0x00000200, CX
 	ADDQ        $0x00000200, DX
 	SUBQ        $0x20, R13
-	JMP         xtsz_blocks_259
+	JMP         xtsz_blocks_263
 
-xtsz_last_iter_261:
+xtsz_last_iter_265:
 	VPXORQ      Z9, Z16, Z12
 	VAESENCLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -19764,10 +19932,10 @@ xtsz_last_iter_261:
 	ADDQ        $0x00000200, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
-	JNZ         xtsz_sector_258
-	JMP         xtsz_chunk_255
+	JNZ         xtsz_sector_262
+	JMP         xtsz_chunk_259
 
-xtsz_done_256:
+xtsz_done_260:
 	// Clear the tweak buffer and every vector register
 	VZEROALL
 	VPXORQ    Z16, Z16, Z16
@@ -19819,9 +19987,9 @@ TEXT ·xtsDecAVX512(SB), $512-80
 	VMOVDQU64 xtsLaneShifts<>+0(SB), Z25
 	VMOVDQU64 xtsLaneShifts<>+64(SB), Z26
 
-xtsz_chunk_262:
+xtsz_chunk_266:
 	TESTQ R11, R11
-	JZ    xtsz_done_263
+	JZ    xtsz_done_267
 
 	// Initial tweaks of the next chunk of 32 sectors
 	MOVQ            R8, R14
@@ -20128,7 +20296,7 @@ xtsz_chunk_262:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              zrounds_done_264
+	JB              zrounds_done_268
 	VBROADCASTI32X4 160(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -20147,7 +20315,7 @@ xtsz_chunk_262:
 	VAESENC         Z8, Z5, Z5
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
-	JE              zrounds_done_264
+	JE              zrounds_done_268
 	VBROADCASTI32X4 192(DI), Z8
 	VAESENC         Z8, Z0, Z0
 	VAESENC         Z8, Z1, Z1
@@ -20167,7 +20335,7 @@ xtsz_chunk_262:
 	VAESENC         Z8, Z6, Z6
 	VAESENC         Z8, Z7, Z7
 
-zrounds_done_264:
+zrounds_done_268:
 	MOVQ            AX, R14
 	SHLQ            $0x04, R14
 	ADDQ            DI, R14
@@ -20201,7 +20369,7 @@ zrounds_done_264:
 	ADDQ            BX, R14
 	VBROADCASTI32X4 (R14), Z9
 
-xtsz_sector_265:
+xtsz_sector_269:
 	// Tweaks T*x^0 .. T*x^31 of the sector's first iteration
 	VBROADCASTI32X4 (SP)(R15*1), Z14
 	VPSLLVQ         Z25, Z14, Z16
@@ -20255,7 +20423,7 @@ xtsz_sector_265:
 	MOVQ            R10, R13
 	SHRQ            $0x04, R13
 
-xtsz_blocks_266:
+xtsz_blocks_270:
 	VBROADCASTI32X4 (BX), Z8
 	VMOVDQA64       Z8, Z0
 	VPTERNLOGQ      $0x96, (CX), Z16, Z0
@@ -20355,7 +20523,7 @@ xtsz_blocks_266:
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
 	CMPQ            AX, $0x0c
-	JB              xtsz_rounds_done_267
+	JB              xtsz_rounds_done_271
 	VBROADCASTI32X4 160(BX), Z8
 	VAESDEC         Z8, Z0, Z0
 	VAESDEC         Z8, Z1, Z1
@@ -20374,7 +20542,7 @@ xtsz_blocks_266:
 	VAESDEC         Z8, Z5, Z5
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
-	JE              xtsz_rounds_done_267
+	JE              xtsz_rounds_done_271
 	VBROADCASTI32X4 192(BX), Z8
 	VAESDEC         Z8, Z0, Z0
 	VAESDEC         Z8, Z1, Z1
@@ -20394,9 +20562,9 @@ xtsz_blocks_266:
 	VAESDEC         Z8, Z6, Z6
 	VAESDEC         Z8, Z7, Z7
 
-xtsz_rounds_done_267:
+xtsz_rounds_done_271:
 	CMPQ        R13, $0x20
-	JE          xtsz_last_iter_268
+	JE          xtsz_last_iter_272
 	VPXORQ      Z9, Z16, Z12
 	VAESDECLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -20456,9 +20624,9 @@ xtsz_rounds_done_267:
 	ADDQ        $0x00000200, CX
 	ADDQ        $0x00000200, DX
 	SUBQ        $0x20, R13
-	JMP         xtsz_blocks_266
+	JMP         xtsz_blocks_270
 
-xtsz_last_iter_268:
+xtsz_last_iter_272:
 	VPXORQ      Z9, Z16, Z12
 	VAESDECLAST Z12, Z0, Z0
 	VMOVDQU64   Z0, (DX)
@@ -20487,10 +20655,10 @@ xtsz_last_iter_268:
 	ADDQ        $0x00000200, DX
 	ADDQ        $0x10, R15
 	DECQ        R12
-	JNZ         xtsz_sector_265
-	JMP         xtsz_chunk_262
+	JNZ         xtsz_sector_269
+	JMP         xtsz_chunk_266
 
-xtsz_done_263:
+xtsz_done_267:
 	// Clear the tweak buffer and every vector register
 	VZEROALL
 	VPXORQ    Z16, Z16, Z16

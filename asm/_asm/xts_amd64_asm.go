@@ -226,24 +226,35 @@ func xtsSectors(name string, m isa, dec bool) {
 		m.xor(key, s)
 	}
 	m.rounds(op, nr, xk, key, states)
-	for v, s := range states {
-		if m == sse {
-			MOVOU(twbuf.Offset(v*width), ta)
-			MOVO(ta, te)
-			PXOR(klast, te)
-		} else {
-			VMOVDQU(twbuf.Offset(v*width), ta)
-			VPXOR(klast, ta, te)
+	finish := func(advance bool) {
+		for v, s := range states {
+			if m == sse {
+				MOVOU(twbuf.Offset(v*width), ta)
+				MOVO(ta, te)
+				PXOR(klast, te)
+			} else {
+				VMOVDQU(twbuf.Offset(v*width), ta)
+				VPXOR(klast, ta, te)
+			}
+			m.aes(last, te, s)
+			m.store(s, Mem{Base: dst, Disp: v * width})
+			if advance {
+				m.mulX(ta, tb, tc, td, poly, perIter)
+				m.store(tb, twbuf.Offset(v*width))
+			}
 		}
-		m.aes(last, te, s)
-		m.store(s, Mem{Base: dst, Disp: v * width})
-		m.mulX(ta, tb, tc, td, poly, perIter)
-		m.store(tb, twbuf.Offset(v*width))
+		ADDQ(U32(V*width), src)
+		ADDQ(U32(V*width), dst)
 	}
-	ADDQ(U32(V*width), src)
-	ADDQ(U32(V*width), dst)
+	// The sector's last iteration needs no next tweaks.
+	lastIter := newLabel("xts_last_iter")
+	CMPQ(blocks, Imm(uint64(perIter)))
+	JE(LabelRef(lastIter))
+	finish(true)
 	SUBQ(Imm(uint64(perIter)), blocks)
-	JNZ(LabelRef(blockLoop))
+	JMP(LabelRef(blockLoop))
+	Label(lastIter)
+	finish(false)
 
 	Label(sectorDone)
 	ADDQ(Imm(16), t2)
