@@ -33,11 +33,10 @@ import (
 	"strings"
 )
 
-
 type gen struct{ b strings.Builder }
 
 func (g *gen) f(format string, a ...any) { fmt.Fprintf(&g.b, "\t"+format+"\n", a...) }
-func (g *gen) label(l string)             { fmt.Fprintf(&g.b, "%s:\n", l) }
+func (g *gen) label(l string)            { fmt.Fprintf(&g.b, "%s:\n", l) }
 
 // loadKeys loads the nr+1 round keys at R1 into V(31-nr)..V31.
 func (g *gen) loadKeys(nr int) {

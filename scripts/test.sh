@@ -32,6 +32,9 @@ if ((${#need[@]})); then
   fi
 fi
 
+echo "== gofmt"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 echo "== go vet"
 go vet ./...
 echo "== staticcheck"

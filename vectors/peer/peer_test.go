@@ -11,7 +11,7 @@ type recorder struct {
 	fatal, skip string
 }
 
-func (r *recorder) Helper()                         {}
+func (r *recorder) Helper()                        {}
 func (r *recorder) Fatalf(format string, a ...any) { r.fatal = fmt.Sprintf(format, a...) }
 func (r *recorder) Skipf(format string, a ...any)  { r.skip = fmt.Sprintf(format, a...) }
 
