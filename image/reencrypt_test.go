@@ -190,7 +190,7 @@ func crashCases() []crashCase {
 // them crash again while resuming) and checks that resuming loses nothing.
 func TestPowerLoss(t *testing.T) {
 	points := 200
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		points = 40
 	}
 	for ci, c := range crashCases() {

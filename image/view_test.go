@@ -243,7 +243,7 @@ func TestViewConcurrent(t *testing.T) {
 	}
 	model := bytes.Clone(plain)
 	iters := 2000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		iters = 300
 	}
 	var wg sync.WaitGroup

@@ -89,7 +89,9 @@ func copyImage(t *testing.T, src, dst string) {
 // times each, resumes, and checks the plaintext every time.
 func TestKillTorture(t *testing.T) {
 	runs := 30
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
+		// The killed processes are not race-instrumented; the normal
+		// run does all thirty.
 		runs = 5
 	}
 	bin := binary(t)

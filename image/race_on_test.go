@@ -1,0 +1,7 @@
+//go:build race
+
+package image
+
+// raceEnabled: under the race detector the long crash and concurrency
+// tests run fewer rounds; the full counts run in the normal test run.
+const raceEnabled = true
