@@ -22,6 +22,7 @@ command -v fusermount3 >/dev/null || need+=(fuse3)
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+command -v dmsetup >/dev/null || need+=(dmsetup)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"
