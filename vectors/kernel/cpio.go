@@ -1,8 +1,10 @@
 package kernel
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -18,6 +20,7 @@ type archive struct {
 type entry struct {
 	mode uint32 // type and permission bits, as in stat(2)
 	data []byte // file contents or symlink target
+	src  string // if set, the contents are this host file's, read by writeTo
 }
 
 const (
@@ -32,6 +35,43 @@ func newArchive() *archive { return &archive{entries: map[string]entry{}} }
 func (a *archive) file(name string, perm uint32, data []byte) {
 	a.dirs(path.Dir(name))
 	a.entries[clean(name)] = entry{mode: modeFile | perm, data: data}
+}
+
+// fileFrom adds a regular file whose contents writeTo reads from the host
+// file src (symlinks followed).
+func (a *archive) fileFrom(name string, perm uint32, src string) {
+	a.dirs(path.Dir(name))
+	a.entries[clean(name)] = entry{mode: modeFile | perm, src: src}
+}
+
+// manifest describes the archive without reading its host files: every
+// entry's name, mode and data or source path with the source's size and
+// modification time. Equal manifests make equal archives.
+func (a *archive) manifest() []byte {
+	var b bytes.Buffer
+	for _, n := range a.names() {
+		e := a.entries[n]
+		fmt.Fprintf(&b, "%s %o %d:%x", n, e.mode, len(e.data), e.data)
+		if e.src != "" {
+			if st, err := os.Stat(e.src); err == nil {
+				fmt.Fprintf(&b, " %s %d %d", e.src, st.Size(), st.ModTime().UnixNano())
+			} else {
+				fmt.Fprintf(&b, " %s missing", e.src)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func (a *archive) names() []string {
+	names := make([]string, 0, len(a.entries))
+	for n := range a.entries {
+		names = append(names, n)
+	}
+	// Sorting puts "a" before "a/b", so a directory precedes its contents.
+	sort.Strings(names)
+	return names
 }
 
 // symlink adds name pointing at target.
@@ -53,15 +93,16 @@ func clean(name string) string { return strings.TrimPrefix(path.Clean("/"+name),
 
 // writeTo writes the archive, trailer included.
 func (a *archive) writeTo(w io.Writer) error {
-	names := make([]string, 0, len(a.entries))
-	for n := range a.entries {
-		names = append(names, n)
-	}
-	// Sorting puts "a" before "a/b", so a directory precedes its contents.
-	sort.Strings(names)
 	ino := uint32(1)
-	for _, n := range names {
+	for _, n := range a.names() {
 		e := a.entries[n]
+		if e.src != "" {
+			b, err := os.ReadFile(e.src)
+			if err != nil {
+				return err
+			}
+			e.data = b
+		}
 		if err := writeEntry(w, ino, n, e.mode, e.data); err != nil {
 			return err
 		}

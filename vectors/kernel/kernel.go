@@ -11,7 +11,9 @@
 // kernel_test.go). Import it from tests only.
 //
 // The initramfs is built once per kernel and cached under the user cache
-// directory, keyed by the kernel version and the hash of everything in it.
+// directory, keyed by the kernel version and a hash of its manifest (every
+// entry, and each host file's path, size and modification time), and read
+// once per test process.
 // Each boot appends a second, small cpio archive holding the job (the kernel
 // unpacks concatenated archives in order), so the cached part never changes.
 package kernel
@@ -65,7 +67,7 @@ const DefaultTimeout = 3 * time.Minute
 type Machine struct {
 	Kernel  string // vmlinuz path
 	Version string // kernel release, e.g. 6.1.0-57-cloud-amd64
-	initrd  string // cached base initramfs
+	base    []byte // the cached base initramfs, read once
 	qemu    string
 }
 
@@ -105,11 +107,10 @@ func setup() (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	if err := a.writeTo(&buf); err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(buf.Bytes())
+	// The cache key covers the kernel version and everything that goes
+	// into the archive (its manifest: names, modes, and each host file's
+	// path, size and time), so a hit reads one file instead of dozens.
+	sum := sha256.Sum256(append([]byte(ver+"\n"), a.manifest()...))
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
@@ -119,16 +120,22 @@ func setup() (*Machine, error) {
 		return nil, err
 	}
 	initrd := filepath.Join(dir, fmt.Sprintf("initramfs-%s-%s.cpio", ver, hex.EncodeToString(sum[:8])))
-	if _, err := os.Stat(initrd); err != nil {
+	base, err := os.ReadFile(initrd)
+	if err != nil {
+		var buf bytes.Buffer
+		if err := a.writeTo(&buf); err != nil {
+			return nil, err
+		}
+		base = buf.Bytes()
 		tmp := fmt.Sprintf("%s.%d.tmp", initrd, os.Getpid())
-		if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(tmp, base, 0o644); err != nil {
 			return nil, err
 		}
 		if err := os.Rename(tmp, initrd); err != nil {
 			return nil, err
 		}
 	}
-	return &Machine{Kernel: kern, Version: ver, initrd: initrd, qemu: qemu}, nil
+	return &Machine{Kernel: kern, Version: ver, base: base, qemu: qemu}, nil
 }
 
 // findKernel picks $CRYPTIMG_KERNEL or the newest /boot/vmlinuz-* whose
@@ -238,12 +245,13 @@ func buildArchive(ver string) (*archive, error) {
 	return a, nil
 }
 
+// addFile adds host file src as dst; the archive holds the file itself,
+// symlinks followed. It fails now if src is missing.
 func addFile(a *archive, src, dst string, perm uint32) error {
-	b, err := os.ReadFile(src) // follows symlinks: the archive holds the file itself
-	if err != nil {
+	if _, err := os.Stat(src); err != nil {
 		return err
 	}
-	a.file(dst, perm, b)
+	a.fileFrom(dst, perm, src)
 	return nil
 }
 
@@ -396,11 +404,7 @@ func (m *Machine) run(dir string, job Job) (Result, error) {
 	for name, data := range job.Files {
 		ja.file("job/"+name, 0o600, data)
 	}
-	base, err := os.ReadFile(m.initrd)
-	if err != nil {
-		return Result{}, err
-	}
-	buf := bytes.NewBuffer(base)
+	buf := bytes.NewBuffer(append([]byte(nil), m.base...))
 	if err := ja.writeTo(buf); err != nil {
 		return Result{}, err
 	}
