@@ -215,37 +215,13 @@ var hasAVX512XTS = hasVPCLMUL && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 func xtsArchImpls() []XTSImpl {
 	var impls []XTSImpl
 	if hasAVX512XTS {
-		impls = append(impls, XTSImpl{Name: "vaes-avx512", Encrypt: xtsEncryptAVX512, Decrypt: xtsDecryptAVX512})
+		impls = append(impls, XTSImpl{Name: "vaes-avx512", Encrypt: xtsEnc(xtsEncAVX512), Decrypt: xtsDec(xtsDecAVX512)})
 	}
 	if hasVPCLMUL {
-		impls = append(impls, XTSImpl{Name: "vaes-avx2", Encrypt: xtsEncryptVAES, Decrypt: xtsDecryptVAES})
+		impls = append(impls, XTSImpl{Name: "vaes-avx2", Encrypt: xtsEnc(xtsEncVAES), Decrypt: xtsDec(xtsDecVAES)})
 	}
 	if hasAESNI && hasPCLMUL {
-		impls = append(impls, XTSImpl{Name: "aesni", Encrypt: xtsEncryptAESNI, Decrypt: xtsDecryptAESNI})
+		impls = append(impls, XTSImpl{Name: "aesni", Encrypt: xtsEnc(xtsEncAESNI), Decrypt: xtsDec(xtsDecAESNI)})
 	}
 	return impls
-}
-
-func xtsEncryptAVX512(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsEncAVX512, &k.enc[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsDecryptAVX512(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsDecAVX512, &k.dec[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsEncryptVAES(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsEncVAES, &k.enc[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsDecryptVAES(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsDecVAES, &k.dec[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsEncryptAESNI(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsEncAESNI, &k.enc[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsDecryptAESNI(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsDecAESNI, &k.dec[0], k, tk, dst, src, first, mask, ss)
 }

@@ -173,15 +173,7 @@ func decryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize
 // xtsArchImpls lists the arm64 XTS kernels this CPU supports.
 func xtsArchImpls() []XTSImpl {
 	if cpu.ARM64.HasAES {
-		return []XTSImpl{{Name: "arm64-ce", Encrypt: xtsEncryptCE, Decrypt: xtsDecryptCE}}
+		return []XTSImpl{{Name: "arm64-ce", Encrypt: xtsEnc(xtsEncCE), Decrypt: xtsDec(xtsDecCE)}}
 	}
 	return nil
-}
-
-func xtsEncryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsEncCE, &k.enc[0], k, tk, dst, src, first, mask, ss)
-}
-
-func xtsDecryptCE(k, tk *Schedule, dst, src []byte, first, mask uint64, ss int) {
-	xtsCall(xtsDecCE, &k.dec[0], k, tk, dst, src, first, mask, ss)
 }
