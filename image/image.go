@@ -287,11 +287,12 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*head
 // its own clusters, as qemu does, and stores only clusters holding
 // non-zero data, encrypted with IV sector = host offset / 512.
 func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (*header.Header, error) {
-	if o.Format == Qcow2 || o.Format == "" && src.Format == Qcow2 {
-		if o.Header.AlignSectors == 0 {
-			// qemu does not round the payload offset of an embedded header.
-			o.Header.AlignSectors = 8
-		}
+	if o.Format == "" {
+		o.Format = src.Format
+	}
+	if o.Format == Qcow2 && o.Header.AlignSectors == 0 {
+		// qemu does not round the payload offset of an embedded header.
+		o.Header.AlignSectors = 8
 	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {

@@ -362,12 +362,9 @@ func (e *Encrypted) SetUUID(uuid string) error {
 	return e.apply(f)(e.Header.WithUUID(uuid))
 }
 
-// BackupSize returns the size of a header backup (header.Header.BackupSize).
-func BackupSize(h *header.Header) int64 { return h.BackupSize() }
-
 // HeaderBackup writes the LUKS header and key slot area to a new file at
 // path, mode 0600, through a temporary file renamed when complete. The
-// file is cryptsetup's luksHeaderBackup format: BackupSize bytes, with the
+// file is cryptsetup's luksHeaderBackup format: Header.BackupSize bytes, with the
 // bytes from 592 up to the first key slot (at most 4096) zeroed. An
 // existing path is refused (ErrExists).
 func (e *Encrypted) HeaderBackup(path string) error {

@@ -93,7 +93,7 @@ var supportedHashes = []string{"sha1", "sha256", "sha512"}
 
 // volumeKey reads --volume-key-file, if given: the raw volume key, exactly
 // as long as the key size (cryptsetup luksFormat --volume-key-file).
-func (o encryptOptions) volumeKey(g *globalOptions) ([]byte, error) {
+func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error) {
 	if o.volumeKeyFile == "" {
 		return nil, nil
 	}
@@ -104,7 +104,6 @@ func (o encryptOptions) volumeKey(g *globalOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, _, keyBytes, _ := cipherChoice(o.cipher, o.keySize)
 	if len(vk) != keyBytes {
 		clear(vk)
 		return nil, usagef("--volume-key-file holds %d bytes; the %s key is %d bits (%d bytes)", len(vk), o.cipher, keyBytes*8, keyBytes)
@@ -181,7 +180,7 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if e, err := image.Open(src); err == nil && !g.quiet {
 		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.UUID)
 	}
-	vk, err := o.volumeKey(g)
+	vk, err := o.volumeKey(g, params.KeyBytes)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ file renamed when complete, and an existing FILE is refused.
 			if err := e.HeaderBackup(out); err != nil {
 				return err
 			}
-			info(g, "header of %s saved to %s (%d bytes)", path, out, image.BackupSize(e.Header))
+			info(g, "header of %s saved to %s (%d bytes)", path, out, e.Header.BackupSize())
 			return nil
 		},
 	}

@@ -59,7 +59,13 @@ func info(g *globalOptions, format string, a ...any) {
 // openImage opens an encrypted image read-only; errors name it. The caller
 // closes the file.
 func openImage(path string) (*os.File, *image.Encrypted, error) {
-	f, err := openInput(path)
+	return openEncrypted(path, openInput)
+}
+
+// openEncrypted opens path with open and reads its LUKS header; errors name
+// the image, and the file is closed on failure.
+func openEncrypted(path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,16 +80,7 @@ func openImage(path string) (*os.File, *image.Encrypted, error) {
 // openImageRW opens an encrypted image for a header update, locked
 // against other cryptimg processes (exit 5 if one holds it).
 func openImageRW(path string) (*os.File, *image.Encrypted, error) {
-	f, err := openLocked(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := image.Open(f)
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return f, e, nil
+	return openEncrypted(path, openLocked)
 }
 
 // openLocked opens path read-write under the exclusive lock reencrypt

@@ -115,11 +115,13 @@ func checkHotzone(n int64) error {
 }
 
 func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path string) error {
+	// Without --key-size the library keeps the key size, or gives a new
+	// cipher its default one.
 	var cipherName, cipherMode string
 	keyBytes := o.keySize / 8
 	if o.cipher != "" {
 		var err error
-		if cipherName, cipherMode, keyBytes, err = cipherChoice(o.cipher, o.keySize); err != nil {
+		if cipherName, cipherMode, _, err = cipherChoice(o.cipher, o.keySize); err != nil {
 			return err
 		}
 	} else if o.keySize%8 != 0 {
@@ -258,7 +260,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	if err != nil {
 		return err
 	}
-	if params.VolumeKey, err = o.volumeKey(g); err != nil {
+	if params.VolumeKey, err = o.volumeKey(g, params.KeyBytes); err != nil {
 		return err
 	}
 	defer clear(params.VolumeKey)
