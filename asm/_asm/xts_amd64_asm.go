@@ -76,6 +76,14 @@ func (m isa) mulX(src, dst, a, b, poly VecPhysical, k int) {
 	VPXOR(a, dst, dst)
 }
 
+// loadXTSParams loads the arguments of xtsSig into AX, BX, SI, DI, DX, CX
+// and R8–R11; R12–R15 stay free for the kernels' counters.
+func loadXTSParams() (nr, xk, mask, txk, dst, src, first, step, ss, n GPPhysical) {
+	load := func(name string, r GPPhysical) GPPhysical { return Load(Param(name), r).(GPPhysical) }
+	return load("nr", RAX), load("xk", RBX), load("mask", RSI), load("txk", RDI), load("dst", RDX),
+		load("src", RCX), load("first", R8), load("step", R9), load("ss", R10), load("n", R11)
+}
+
 func xtsSectors(name string, m isa, dec bool) {
 	TEXT(name, 0, xtsSig)
 	Pragma("noescape")
@@ -100,16 +108,7 @@ func xtsSectors(name string, m isa, dec bool) {
 	ta, tb, tc, td := m.reg(9), m.reg(10), m.reg(11), m.reg(12)
 	te := m.reg(13)
 
-	nr := Load(Param("nr"), RAX).(GPPhysical)
-	xk := Load(Param("xk"), RBX).(GPPhysical)
-	mask := Load(Param("mask"), RSI).(GPPhysical)
-	txk := Load(Param("txk"), RDI).(GPPhysical)
-	dst := Load(Param("dst"), RDX).(GPPhysical)
-	src := Load(Param("src"), RCX).(GPPhysical)
-	first := Load(Param("first"), R8).(GPPhysical)
-	step := Load(Param("step"), R9).(GPPhysical)
-	ss := Load(Param("ss"), R10).(GPPhysical)
-	left := Load(Param("n"), R11).(GPPhysical)
+	nr, xk, mask, txk, dst, src, first, step, ss, left := loadXTSParams()
 	inChunk, blocks, t1, t2 := R12, R13, R14, R15
 
 	Comment("poly = 0x87 in the low quadword of each lane")
@@ -333,16 +332,7 @@ func xtsSectorsZ(name string, dec bool) {
 	ta, tb, tc, td := Z11, Z12, Z13, Z14
 	shl, shr := Z25, Z26 // lane l: l and 64-l, per quadword
 
-	nr := Load(Param("nr"), RAX).(GPPhysical)
-	xk := Load(Param("xk"), RBX).(GPPhysical)
-	mask := Load(Param("mask"), RSI).(GPPhysical)
-	txk := Load(Param("txk"), RDI).(GPPhysical)
-	dst := Load(Param("dst"), RDX).(GPPhysical)
-	src := Load(Param("src"), RCX).(GPPhysical)
-	first := Load(Param("first"), R8).(GPPhysical)
-	step := Load(Param("step"), R9).(GPPhysical)
-	ss := Load(Param("ss"), R10).(GPPhysical)
-	left := Load(Param("n"), R11).(GPPhysical)
+	nr, xk, mask, txk, dst, src, first, step, ss, left := loadXTSParams()
 	inChunk, blocks, t1, t2 := R12, R13, R14, R15
 
 	Comment("poly = 0x87 in the low quadword of each lane")
