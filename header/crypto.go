@@ -45,18 +45,6 @@ func deriveKey(hashName string, password, salt []byte, iterations uint32, keyLen
 // DefaultCipherSpec is the cipher cryptimg formats when none is asked for.
 const DefaultCipherSpec = "aes-cbc-essiv:sha256"
 
-// ParseCipherSpec splits a cryptsetup cipher specification such as
-// "aes-xts-plain64" into the LUKS1 cipher-name and cipher-mode fields. A
-// specification package cipher does not support gives an
-// *UnsupportedCipherError that lists what is supported.
-func ParseCipherSpec(spec string) (cipherName, cipherMode string, err error) {
-	m, err := cipher.Parse(spec)
-	if err != nil {
-		return "", "", &UnsupportedCipherError{Spec: spec}
-	}
-	return m.Name, m.Mode, nil
-}
-
 // cipherMode finds the registered mode of a header's cipher fields.
 func cipherMode(name, mode string) (*cipher.Mode, error) {
 	m, err := cipher.Lookup(name, mode)

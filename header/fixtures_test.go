@@ -78,7 +78,7 @@ func TestCryptsetupFixtures(t *testing.T) {
 			if int64(len(area)) != f.AreaSize || f.AreaSize%SectorSize != 0 {
 				t.Fatalf("area %d bytes, metadata says %d", len(area), f.AreaSize)
 			}
-			h, err := Read(bytes.NewReader(area), 0, int64(len(area)))
+			h, err := readLUKS1(bytes.NewReader(area), 0, int64(len(area)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -28,9 +28,9 @@ const mkDigestTime = 125 * time.Millisecond
 // Params are the choices of Format. The zero value gives cryptsetup's
 // defaults for aes-cbc-essiv:sha256 (DefaultCipherSpec).
 type Params struct {
-	CipherName, CipherMode string // default "aes", "cbc-essiv:sha256"; any pair package cipher supports
-	Hash                   string // default "sha256"; sha1 and sha512 too; stored lower-case
-	KeyBytes               int    // volume key size, one the cipher takes; default the cipher's (cryptsetup's)
+	Cipher   string // cryptsetup specification, default DefaultCipherSpec; any package cipher supports
+	Hash     string // default "sha256"; sha1 and sha512 too; stored lower-case
+	KeyBytes int    // volume key size, one the cipher takes; default the cipher's (cryptsetup's)
 
 	// VolumeKey, if set, is the volume key to use instead of a random one
 	// (cryptsetup's --volume-key-file); its length sets KeyBytes. Format
@@ -69,16 +69,12 @@ func randReader(r io.Reader) io.Reader {
 
 // withDefaults fills the zero fields and checks the result.
 func (p Params) withDefaults() (Params, error) {
-	defName, defMode, _ := ParseCipherSpec(DefaultCipherSpec)
-	if p.CipherName == "" {
-		p.CipherName = defName
+	if p.Cipher == "" {
+		p.Cipher = DefaultCipherSpec
 	}
-	if p.CipherMode == "" {
-		p.CipherMode = defMode
-	}
-	m, err := cipherMode(p.CipherName, p.CipherMode)
+	m, err := cipher.Parse(p.Cipher)
 	if err != nil {
-		return p, err
+		return p, &UnsupportedCipherError{Spec: p.Cipher}
 	}
 	if p.Hash == "" {
 		p.Hash = DefaultHash
@@ -161,7 +157,11 @@ func randomUUID(rnd io.Reader) (string, error) {
 // the phdr, zeros, slot 0's key material, random bytes in the other slots'
 // areas (as cryptsetup's wipe leaves them) and zeros up to the payload. The
 // caller owns volumeKey and should clear it after use.
-func Format(passphrase []byte, p Params) (h *Header, volumeKey []byte, area []byte, err error) {
+func Format(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byte, err error) {
+	return formatLUKS1(passphrase, p)
+}
+
+func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area []byte, err error) {
 	p, err = p.withDefaults()
 	if err != nil {
 		return nil, nil, nil, err
@@ -179,10 +179,11 @@ func Format(passphrase []byte, p Params) (h *Header, volumeKey []byte, area []by
 	if payload > math.MaxUint32 {
 		return nil, nil, nil, fmt.Errorf("payload offset %d sectors does not fit in 32 bits", payload)
 	}
-	h = &Header{
+	m, _ := cipher.Parse(p.Cipher) // withDefaults checked it
+	h = &LUKS1{
 		Version:       1,
-		CipherName:    p.CipherName,
-		CipherMode:    p.CipherMode,
+		CipherName:    m.Name,
+		CipherMode:    m.Mode,
 		HashSpec:      p.Hash,
 		PayloadOffset: uint32(payload),
 		KeyBytes:      uint32(p.KeyBytes),
@@ -204,7 +205,7 @@ func Format(passphrase []byte, p Params) (h *Header, volumeKey []byte, area []by
 	} else if _, err := io.ReadFull(p.Rand, volumeKey); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading random volume key: %w", err)
 	}
-	fail := func(err error) (*Header, []byte, []byte, error) {
+	fail := func(err error) (*LUKS1, []byte, []byte, error) {
 		clear(volumeKey)
 		return nil, nil, nil, err
 	}

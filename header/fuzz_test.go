@@ -12,7 +12,7 @@ import (
 // iterations) whose key material the fuzzed headers are unlocked against, so
 // an intact or lightly mutated header still reaches AF merge and the digest.
 var fuzzArea = sync.OnceValue(func() []byte {
-	h, _, area, err := Format([]byte(fuzzPassphrase), Params{
+	h, _, area, err := formatLUKS1([]byte(fuzzPassphrase), Params{
 		KeyBytes: 16, AlignSectors: 8, ForceIterations: MinIterations, Rand: testRand("fuzz"),
 	})
 	if err != nil || h.PayloadOffset != 1032 {
@@ -57,7 +57,7 @@ func FuzzParse(f *testing.F) {
 		// The header over the reference key material.
 		file := bytes.Clone(area)
 		copy(file, data[:min(len(data), PhdrSize)])
-		hr, err := Read(bytes.NewReader(file), 0, int64(len(file)))
+		hr, err := readLUKS1(bytes.NewReader(file), 0, int64(len(file)))
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) || h.AreaSize() <= int64(len(file)) {
 				t.Fatalf("Read: %v (area %d, file %d)", err, h.AreaSize(), len(file))

@@ -71,7 +71,7 @@ type KeySlot struct {
 func (s *KeySlot) Active() bool { return s.State == SlotActive }
 
 // Header is a LUKS1 partition header (phdr).
-type Header struct {
+type LUKS1 struct {
 	Version       uint16
 	CipherName    string
 	CipherMode    string
@@ -104,7 +104,7 @@ func cString(field []byte, name string) (string, error) {
 //
 // Parse does not know the file size; [Read] also checks that the key slots
 // fit in the file.
-func Parse(b []byte) (*Header, error) {
+func Parse(b []byte) (*LUKS1, error) {
 	if IsMarked(b) {
 		return nil, ErrMarked
 	}
@@ -115,7 +115,7 @@ func Parse(b []byte) (*Header, error) {
 		return nil, parseErrorf("header", "truncated: %d bytes, need %d", len(b), definedSize)
 	}
 	be := binary.BigEndian
-	h := &Header{Version: be.Uint16(b[offVersion:])}
+	h := &LUKS1{Version: be.Uint16(b[offVersion:])}
 	if h.Version != 1 {
 		if h.Version == 2 {
 			return nil, parseErrorf("version", "LUKS2 is not supported, only LUKS1")
@@ -157,7 +157,7 @@ func Parse(b []byte) (*Header, error) {
 
 // validate applies cryptsetup's load checks (keymanage.c
 // _check_and_convert_hdr, LUKS_check_keyslots) and this package's extra ones.
-func (h *Header) validate() error {
+func (h *LUKS1) validate() error {
 	if h.KeyBytes == 0 || h.KeyBytes > maxKeyBytes {
 		return parseErrorf("key-bytes", "invalid volume key size %d (want 1 to %d bytes)", h.KeyBytes, maxKeyBytes)
 	}
@@ -203,7 +203,7 @@ func (h *Header) validate() error {
 }
 
 // slotOrder returns the slot indexes sorted by key material offset.
-func (h *Header) slotOrder() []int {
+func (h *LUKS1) slotOrder() []int {
 	order := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	slices.SortStableFunc(order, func(a, b int) int {
 		oa, ob := h.Slots[a].KeyMaterialOffset, h.Slots[b].KeyMaterialOffset
@@ -224,7 +224,7 @@ func (h *Header) slotOrder() []int {
 // [Parse] it verifies that every slot's key material lies within size bytes
 // (cryptsetup's "device is too small"), giving ErrCorrupt otherwise. I/O
 // errors are returned wrapped.
-func Read(r io.ReaderAt, base, size int64) (*Header, error) {
+func Read(r io.ReaderAt, base, size int64) (Header, error) {
 	if base < 0 || size < 0 {
 		return nil, fmt.Errorf("header: negative offset %d or size %d", base, size)
 	}
@@ -270,7 +270,7 @@ func putCString(field []byte, s, name string) {
 // the 592 defined bytes, then zeros. It panics if a string field is too long
 // for its NUL-terminated field (31 bytes, 39 for the UUID) or contains a NUL,
 // which no header from Parse or Format does.
-func (h *Header) Marshal() []byte {
+func (h *LUKS1) Marshal() []byte {
 	b := make([]byte, PhdrSize)
 	be := binary.BigEndian
 	copy(b, magic[:])
@@ -298,14 +298,14 @@ func (h *Header) Marshal() []byte {
 
 // KeyMaterialSectors returns the sectors one key slot's material takes:
 // cryptsetup's AF_split_sectors(KeyBytes, 4000).
-func (h *Header) KeyMaterialSectors() int {
+func (h *LUKS1) KeyMaterialSectors() int {
 	return int(afSectors(uint64(h.KeyBytes), Stripes))
 }
 
 // AreaSize returns the bytes from the header start to the end of the key
 // material that ends last, unaligned. (cryptsetup luksHeaderBackup rounds this
 // up to 4096 bytes.)
-func (h *Header) AreaSize() int64 {
+func (h *LUKS1) AreaSize() int64 {
 	secs := uint64(h.KeyMaterialSectors())
 	end := uint64(PhdrSize / SectorSize)
 	for i := range h.Slots {
@@ -316,7 +316,7 @@ func (h *Header) AreaSize() int64 {
 
 // CipherSpec returns the cryptsetup cipher specification,
 // e.g. "aes-cbc-essiv:sha256".
-func (h *Header) CipherSpec() string { return h.CipherName + "-" + h.CipherMode }
+func (h *LUKS1) CipherSpec() string { return h.CipherName + "-" + h.CipherMode }
 
 // slotLayout returns cryptsetup's key material offsets for a keyBytes-byte
 // key (LUKS_generate_phdr): the first slot at 4096 bytes, each next one at the
@@ -335,7 +335,7 @@ func slotLayout(keyBytes int) (offsets [NumSlots]uint32, end uint64) {
 func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
 
 // ActiveSlots counts the active key slots.
-func (h *Header) ActiveSlots() int {
+func (h *LUKS1) ActiveSlots() int {
 	n := 0
 	for i := range h.Slots {
 		if h.Slots[i].Active() {

@@ -13,7 +13,7 @@ import (
 
 // testFormat formats a header with 1000 iterations and a deterministic random
 // source seeded by seed.
-func testFormat(t testing.TB, pass string, p Params, seed string) (*Header, []byte, []byte) {
+func testFormat(t testing.TB, pass string, p Params, seed string) (*LUKS1, []byte, []byte) {
 	t.Helper()
 	if p.ForceIterations == 0 {
 		p.ForceIterations = MinIterations
@@ -21,7 +21,7 @@ func testFormat(t testing.TB, pass string, p Params, seed string) (*Header, []by
 	if p.Rand == nil {
 		p.Rand = testRand(seed)
 	}
-	h, vk, area, err := Format([]byte(pass), p)
+	h, vk, area, err := formatLUKS1([]byte(pass), p)
 	if err != nil {
 		t.Fatalf("Format: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestFormatUUID(t *testing.T) {
 	}
 	for _, bad := range []string{"x", "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5", "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5bb",
 		"0f2a93b4+1c2d-4e5f-8a9b-0c1d2e3f4a5b", "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5g"} {
-		_, _, _, err := Format([]byte("pw"), Params{KeyBytes: 16, UUID: bad, ForceIterations: 1000})
+		_, _, _, err := formatLUKS1([]byte("pw"), Params{KeyBytes: 16, UUID: bad, ForceIterations: 1000})
 		if !errors.Is(err, ErrInvalidUUID) {
 			t.Errorf("UUID %q: err %v, want ErrInvalidUUID", bad, err)
 		}
@@ -166,9 +166,9 @@ func TestFormatParams(t *testing.T) {
 		p     Params
 		check func(error) bool
 	}{
-		{"serpent", Params{CipherName: "serpent", CipherMode: "xts-plain64"}, func(err error) bool { return errors.As(err, &uc) && uc.Spec == "serpent-xts-plain64" }},
-		{"xts key 16", Params{CipherName: "aes", CipherMode: "xts-plain64", KeyBytes: 16}, func(err error) bool { return err != nil }},
-		{"twofish", Params{CipherName: "twofish"}, func(err error) bool { return errors.As(err, &uc) }},
+		{"serpent", Params{Cipher: "serpent-xts-plain64"}, func(err error) bool { return errors.As(err, &uc) && uc.Spec == "serpent-xts-plain64" }},
+		{"xts key 16", Params{Cipher: "aes-xts-plain64", KeyBytes: 16}, func(err error) bool { return err != nil }},
+		{"twofish", Params{Cipher: "twofish"}, func(err error) bool { return errors.As(err, &uc) }},
 		{"ripemd160", Params{Hash: "ripemd160"}, func(err error) bool { return errors.As(err, &uh) && uh.Hash == "ripemd160" }},
 		{"key 8", Params{KeyBytes: 8}, func(err error) bool { return err != nil }},
 		{"key 33", Params{KeyBytes: 33}, func(err error) bool { return err != nil }},
@@ -182,7 +182,7 @@ func TestFormatParams(t *testing.T) {
 		if tt.p.ForceIterations == 0 {
 			tt.p.ForceIterations = MinIterations
 		}
-		h, vk, area, err := Format([]byte("pw"), tt.p)
+		h, vk, area, err := formatLUKS1([]byte("pw"), tt.p)
 		if !tt.check(err) || h != nil || vk != nil || area != nil {
 			t.Errorf("%s: Format = %v, %v; want a matching error and no results", tt.name, h, err)
 		}
@@ -195,21 +195,19 @@ func TestFormatParams(t *testing.T) {
 	}
 }
 
-func TestParseCipherSpec(t *testing.T) {
-	name, mode, err := ParseCipherSpec("aes-cbc-essiv:sha256")
-	if err != nil || name != "aes" || mode != "cbc-essiv:sha256" {
-		t.Fatalf("ParseCipherSpec = %q %q %v", name, mode, err)
-	}
-	for _, spec := range []string{"aes-xts-plain64", "aes-xts-plain", "aes-cbc-plain64", "aes-cbc-plain"} {
-		name, mode, err := ParseCipherSpec(spec)
-		if err != nil || name+"-"+mode != spec || name != "aes" {
-			t.Errorf("ParseCipherSpec(%q) = %q %q %v", spec, name, mode, err)
+func TestFormatCipherSpec(t *testing.T) {
+	for _, spec := range []string{"aes-cbc-essiv:sha256", "aes-xts-plain64", "aes-xts-plain", "aes-cbc-plain64", "aes-cbc-plain"} {
+		h, vk, _, err := formatLUKS1([]byte("pw"), Params{Cipher: spec, ForceIterations: MinIterations, Rand: testRand(spec)})
+		if err != nil || h.CipherName != "aes" || h.CipherName+"-"+h.CipherMode != spec || h.Info().Cipher != spec {
+			t.Errorf("Format(%q): %v, cipher-name %q cipher-mode %q", spec, err, h.CipherName, h.CipherMode)
+			continue
 		}
+		clear(vk)
 	}
-	for _, spec := range []string{"serpent-xts-plain64", "aes-ecb", "aes", "", "AES-cbc-essiv:sha256", "aes-cbc-essiv:sha1"} {
+	for _, spec := range []string{"serpent-xts-plain64", "aes-ecb", "aes", "AES-cbc-essiv:sha256", "aes-cbc-essiv:sha1"} {
 		var uc *UnsupportedCipherError
-		if _, _, err := ParseCipherSpec(spec); !errors.As(err, &uc) || uc.Spec != spec {
-			t.Errorf("ParseCipherSpec(%q) err %v, want *UnsupportedCipherError", spec, err)
+		if _, _, _, err := formatLUKS1([]byte("pw"), Params{Cipher: spec, ForceIterations: MinIterations}); !errors.As(err, &uc) || uc.Spec != spec {
+			t.Errorf("Format(%q) err %v, want *UnsupportedCipherError", spec, err)
 		}
 	}
 }
@@ -240,7 +238,7 @@ func TestSlotIterations(t *testing.T) {
 		t.Error("zero iteration time accepted")
 	}
 	// A benchmarked Format: MK digest iterations follow the same rule.
-	h, _, _, err := Format([]byte("pw"), Params{KeyBytes: 16, IterTime: 30e6, Rand: testRand("bench")})
+	h, _, _, err := formatLUKS1([]byte("pw"), Params{KeyBytes: 16, IterTime: 30e6, Rand: testRand("bench")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +316,7 @@ func TestParseRejects(t *testing.T) {
 				t.Fatalf("error %v is both not-LUKS and corrupt", err)
 			}
 			// Read gives the same answer.
-			if _, err := Read(bytes.NewReader(b), 0, 1<<30); !errors.Is(err, tt.want) {
+			if _, err := readLUKS1(bytes.NewReader(b), 0, 1<<30); !errors.Is(err, tt.want) {
 				t.Fatalf("Read: %v, want %v", err, tt.want)
 			}
 		})
@@ -387,37 +385,37 @@ func TestRead(t *testing.T) {
 	// At an offset inside a larger file, as in qcow2.
 	const base = 0x40000
 	file := append(make([]byte, base), area...)
-	got, err := Read(bytes.NewReader(file), base, int64(len(area)))
+	got, err := readLUKS1(bytes.NewReader(file), base, int64(len(area)))
 	if err != nil || !reflect.DeepEqual(got, h) {
 		t.Fatalf("Read = %+v, %v", got, err)
 	}
 	// The payload may lie past the end: only the key slots must fit.
 	end := h.AreaSize()
-	if _, err := Read(bytes.NewReader(file[:base+end]), base, end); err != nil {
+	if _, err := readLUKS1(bytes.NewReader(file[:base+end]), base, end); err != nil {
 		t.Fatalf("Read of exactly AreaSize bytes: %v", err)
 	}
 	for _, size := range []int64{end - 1, end - SectorSize, PhdrSize, 600} {
-		if _, err := Read(bytes.NewReader(file), base, size); !errors.Is(err, ErrCorrupt) {
+		if _, err := readLUKS1(bytes.NewReader(file), base, size); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("size %d: err %v, want ErrCorrupt", size, err)
 		}
 		// The same when the file itself is short but size claims more.
-		if _, err := Read(bytes.NewReader(file[:base+size]), base, 1<<30); !errors.Is(err, ErrCorrupt) {
+		if _, err := readLUKS1(bytes.NewReader(file[:base+size]), base, 1<<30); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("file of %d bytes: err %v, want ErrCorrupt", size, err)
 		}
 	}
 	for _, size := range []int64{0, 5} {
-		if _, err := Read(bytes.NewReader(file), base, size); !errors.Is(err, ErrNotLUKS) {
+		if _, err := readLUKS1(bytes.NewReader(file), base, size); !errors.Is(err, ErrNotLUKS) {
 			t.Errorf("size %d: err %v, want ErrNotLUKS", size, err)
 		}
 	}
-	if _, err := Read(bytes.NewReader(file), 0, int64(len(file))); !errors.Is(err, ErrNotLUKS) {
+	if _, err := readLUKS1(bytes.NewReader(file), 0, int64(len(file))); !errors.Is(err, ErrNotLUKS) {
 		t.Errorf("wrong base: err %v, want ErrNotLUKS", err)
 	}
 	ioErr := errors.New("disk on fire")
-	if _, err := Read(failingReader{ioErr}, 0, 1<<20); !errors.Is(err, ioErr) {
+	if _, err := readLUKS1(failingReader{ioErr}, 0, 1<<20); !errors.Is(err, ioErr) {
 		t.Errorf("I/O error: err %v, want it wrapped", err)
 	}
-	if _, err := Read(bytes.NewReader(file), -1, 10); err == nil {
+	if _, err := readLUKS1(bytes.NewReader(file), -1, 10); err == nil {
 		t.Error("negative base accepted")
 	}
 }
@@ -436,4 +434,13 @@ func TestMarshalPanicsOnLongString(t *testing.T) {
 		}
 	}()
 	h.Marshal()
+}
+
+// readLUKS1 is Read for a header the test knows to be LUKS1.
+func readLUKS1(r io.ReaderAt, base, size int64) (*LUKS1, error) {
+	h, err := Read(r, base, size)
+	if err != nil {
+		return nil, err
+	}
+	return h.(*LUKS1), nil
 }

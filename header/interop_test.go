@@ -134,7 +134,7 @@ func TestCryptsetupInterop(t *testing.T) {
 			}
 			defer f.Close()
 			st, _ := f.Stat()
-			h2, err := Read(f, 0, st.Size())
+			h2, err := readLUKS1(f, 0, st.Size())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,11 +163,11 @@ func TestCryptsetupInterop(t *testing.T) {
 func TestCryptsetupRejects(t *testing.T) {
 	bin := cryptsetupPath(t)
 	h, _, area := testFormat(t, "pw", Params{KeyBytes: 16, AlignSectors: 8}, "rejects")
-	cases := map[string]func(h *Header){
-		"stripes":         func(h *Header) { h.Slots[4].Stripes = 3999 },
-		"offset 1":        func(h *Header) { h.Slots[2].KeyMaterialOffset = 1 },
-		"overlap":         func(h *Header) { h.Slots[2].KeyMaterialOffset = h.Slots[1].KeyMaterialOffset + 1 },
-		"crosses payload": func(h *Header) { h.PayloadOffset = h.Slots[7].KeyMaterialOffset + 1 },
+	cases := map[string]func(h *LUKS1){
+		"stripes":         func(h *LUKS1) { h.Slots[4].Stripes = 3999 },
+		"offset 1":        func(h *LUKS1) { h.Slots[2].KeyMaterialOffset = 1 },
+		"overlap":         func(h *LUKS1) { h.Slots[2].KeyMaterialOffset = h.Slots[1].KeyMaterialOffset + 1 },
+		"crosses payload": func(h *LUKS1) { h.PayloadOffset = h.Slots[7].KeyMaterialOffset + 1 },
 	}
 	for name, mutate := range cases {
 		x := *h
@@ -189,7 +189,7 @@ func TestCryptsetupRejects(t *testing.T) {
 	if out, code := runCryptsetup(t, bin, "luksDump", img); code == 0 {
 		t.Errorf("short file: cryptsetup luksDump accepted it:\n%s", out)
 	}
-	if _, err := Read(bytes.NewReader(area[:h.AreaSize()-SectorSize]), 0, h.AreaSize()-SectorSize); !errors.Is(err, ErrCorrupt) {
+	if _, err := readLUKS1(bytes.NewReader(area[:h.AreaSize()-SectorSize]), 0, h.AreaSize()-SectorSize); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("short file: Read err %v, want ErrCorrupt", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // NewSectorCipher returns the payload sector cipher for volumeKey. It fails
 // with an *UnsupportedCipherError for a cipher package cipher does not
 // support, and with an error if the key is not KeyBytes long.
-func (h *Header) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
+func (h *LUKS1) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
 	m, err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes)
 	if err != nil {
 		return nil, err
@@ -25,7 +25,7 @@ func (h *Header) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
 
 // VerifyVolumeKey reports whether vk matches the header's master key digest.
 // The comparison is constant-time.
-func (h *Header) VerifyVolumeKey(vk []byte) bool {
+func (h *LUKS1) VerifyVolumeKey(vk []byte) bool {
 	if len(vk) != int(h.KeyBytes) || h.MKDigestIter == 0 {
 		return false
 	}
@@ -55,7 +55,7 @@ func checkSlotIndex(slot int) error {
 // *UnsupportedCipherError or *UnsupportedHashError if the header's algorithms
 // are not supported, ErrCorrupt if key material lies past the end of r or the
 // key size does not suit the cipher, and I/O errors wrapped.
-func (h *Header) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error) {
+func (h *LUKS1) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error) {
 	if _, err := checkCipherKey(h.CipherName, h.CipherMode, h.KeyBytes); err != nil {
 		return nil, -1, err
 	}
@@ -94,7 +94,7 @@ func (h *Header) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) 
 
 // openSlot tries one active slot. It returns nil, nil if the passphrase does
 // not match, and an error only for what makes trying pointless.
-func (h *Header) openSlot(r io.ReaderAt, base int64, passphrase []byte, i int) ([]byte, error) {
+func (h *LUKS1) openSlot(r io.ReaderAt, base int64, passphrase []byte, i int) ([]byte, error) {
 	s := &h.Slots[i]
 	if s.Iterations == 0 {
 		return nil, parseErrorf(fmt.Sprintf("key slot %d", i), "active with zero iterations")
@@ -142,13 +142,13 @@ func (h *Header) openSlot(r io.ReaderAt, base int64, passphrase []byte, i int) (
 // KeyMaterialSectors()*512 bytes long. volumeKey must match the header's
 // digest and iterations must be at least MinIterations. rnd nil means
 // crypto/rand. On error h is unchanged.
-func (h *Header) SetKeySlot(slot int, passphrase, volumeKey []byte, iterations uint32, rnd io.Reader) (material []byte, err error) {
+func (h *LUKS1) SetKeySlot(slot int, passphrase, volumeKey []byte, iterations uint32, rnd io.Reader) (material []byte, err error) {
 	return h.setKeySlot(slot, passphrase, volumeKey, iterations, rnd, true)
 }
 
 // setKeySlot is SetKeySlot; Format, which has just made the digest from
 // volumeKey, skips the verification.
-func (h *Header) setKeySlot(slot int, passphrase, volumeKey []byte, iterations uint32, rnd io.Reader, verify bool) (material []byte, err error) {
+func (h *LUKS1) setKeySlot(slot int, passphrase, volumeKey []byte, iterations uint32, rnd io.Reader, verify bool) (material []byte, err error) {
 	if err := checkSlotIndex(slot); err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (h *Header) setKeySlot(slot int, passphrase, volumeKey []byte, iterations u
 // DisableSlot marks the slot disabled and zeroes its salt and iterations, as
 // cryptsetup's LUKS_del_key does. Its key material stays where it is; the
 // caller wipes it. It panics if slot is not in 0..7.
-func (h *Header) DisableSlot(slot int) {
+func (h *LUKS1) DisableSlot(slot int) {
 	if err := checkSlotIndex(slot); err != nil {
 		panic("header: " + err.Error())
 	}
@@ -217,7 +217,7 @@ func (h *Header) DisableSlot(slot int) {
 
 // FirstFreeSlot returns the lowest disabled slot, the one cryptsetup
 // luksAddKey picks without --key-slot, or -1 if all eight are active.
-func (h *Header) FirstFreeSlot() int {
+func (h *LUKS1) FirstFreeSlot() int {
 	for i := range h.Slots {
 		if h.Slots[i].State == SlotDisabled {
 			return i

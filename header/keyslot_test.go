@@ -155,7 +155,7 @@ func TestSetKeySlotAllSlots(t *testing.T) {
 		t.Fatalf("FirstFreeSlot with all slots active = %d", f)
 	}
 	copy(area, h.Marshal())
-	h2, err := Read(bytes.NewReader(area), 0, int64(len(area)))
+	h2, err := readLUKS1(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package header
 
-import "bytes"
+import (
+	"bytes"
+	"io"
+)
 
 // markedMagic is the magic cryptsetup writes over a LUKS1 header while it
 // reencrypts the device (cryptsetup-reencrypt, LUKS1), so that nothing
@@ -45,4 +48,27 @@ func Unmark(b []byte) {
 		panic("header: Unmark needs at least 6 bytes")
 	}
 	copy(b, magic[:])
+}
+
+// ReadMarked is [Read] for a header that may carry the mark of an
+// unfinished operation: a marked magic reads as the LUKS magic, so the
+// header behind the mark is parsed and validated as usual.
+func ReadMarked(r io.ReaderAt, base, size int64) (Header, error) {
+	return Read(unmarkReader{r: r, base: base}, base, size)
+}
+
+// unmarkReader reads r, with a LUKS\xde\xad magic at base read as LUKS\xba\xbe.
+type unmarkReader struct {
+	r    io.ReaderAt
+	base int64
+}
+
+func (u unmarkReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := u.r.ReadAt(p, off)
+	if off <= u.base && u.base < off+int64(n) {
+		if b := p[u.base-off : n]; IsMarked(b) {
+			Unmark(b)
+		}
+	}
+	return n, err
 }

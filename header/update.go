@@ -23,7 +23,7 @@ type Write struct {
 // material.
 type Update struct {
 	Writes []Write
-	Header *Header
+	Header Header
 }
 
 // Clear wipes the data of every write.
@@ -35,12 +35,12 @@ func (u *Update) Clear() {
 
 // phdrWrite is the write of h's 1024-byte phdr, synced: LUKS1's only commit
 // point.
-func (h *Header) phdrWrite() Write {
+func (h *LUKS1) phdrWrite() Write {
 	return Write{Offset: 0, Data: h.Marshal(), What: "LUKS header", Sync: true}
 }
 
 // Rewrite writes h's phdr as it is: used to put an old header back.
-func (h *Header) Rewrite() *Update {
+func (h *LUKS1) Rewrite() *Update {
 	return &Update{Writes: []Write{h.phdrWrite()}, Header: h}
 }
 
@@ -49,9 +49,9 @@ func (h *Header) Rewrite() *Update {
 // is written and synced (the commit point). Until then the image reads as
 // before; the material only ever lands in an unused area. h is unchanged;
 // the new header is in the update.
-func (h *Header) AddSlot(slot int, passphrase, volumeKey []byte, iterations uint32, rnd io.Reader) (*Update, error) {
+func (h *LUKS1) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.Reader) (*Update, error) {
 	n := *h
-	material, err := n.SetKeySlot(slot, passphrase, volumeKey, iterations, rnd)
+	material, err := n.SetKeySlot(slot, passphrase, volumeKey, kdf.Iterations, rnd)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (h *Header) AddSlot(slot int, passphrase, volumeKey []byte, iterations uint
 // bytes from rnd (nil: crypto/rand) and synced, so a crash after the
 // commit leaves a disabled slot whose old material is merely not yet
 // wiped. h is unchanged.
-func (h *Header) KillSlot(slot int, rnd io.Reader) (*Update, error) {
+func (h *LUKS1) KillSlot(slot int, rnd io.Reader) (*Update, error) {
 	if err := checkSlotIndex(slot); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (h *Header) KillSlot(slot int, rnd io.Reader) (*Update, error) {
 // WipeSlot overwrites the key material area of a disabled slot with random
 // bytes, synced: used after a rolled-back AddSlot. It panics on an active
 // slot, whose material must never be destroyed in place.
-func (h *Header) WipeSlot(slot int, rnd io.Reader) (*Update, error) {
+func (h *LUKS1) WipeSlot(slot int, rnd io.Reader) (*Update, error) {
 	if err := checkSlotIndex(slot); err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (h *Header) WipeSlot(slot int, rnd io.Reader) (*Update, error) {
 	return &Update{Writes: []Write{wipe}, Header: h}, nil
 }
 
-func (h *Header) wipeWrite(slot int, rnd io.Reader) (Write, error) {
+func (h *LUKS1) wipeWrite(slot int, rnd io.Reader) (Write, error) {
 	buf := make([]byte, h.KeyMaterialSectors()*SectorSize)
 	if _, err := io.ReadFull(randReader(rnd), buf); err != nil {
 		return Write{}, fmt.Errorf("reading random wipe bytes: %w", err)
@@ -107,7 +107,7 @@ func (h *Header) wipeWrite(slot int, rnd io.Reader) (Write, error) {
 
 // WithUUID sets a new UUID, in xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx form and
 // stored lower-case: one phdr write, synced.
-func (h *Header) WithUUID(uuid string) (*Update, error) {
+func (h *LUKS1) WithUUID(uuid string) (*Update, error) {
 	u, err := CanonicalUUID(uuid)
 	if err != nil {
 		return nil, err
@@ -122,14 +122,14 @@ const backupAlign = 4096
 
 // BackupSize is the size of a header backup: the end of the last key slot
 // rounded up to 4096 bytes, as cryptsetup luksHeaderBackup makes it.
-func (h *Header) BackupSize() int64 {
+func (h *LUKS1) BackupSize() int64 {
 	return (h.AreaSize() + backupAlign - 1) / backupAlign * backupAlign
 }
 
 // Backup turns area, the BackupSize bytes from the header start, into
 // cryptsetup's luksHeaderBackup form in place: the bytes from 592 (the end
 // of the defined phdr) up to the first key material, at most 4096, zeroed.
-func (h *Header) Backup(area []byte) {
+func (h *LUKS1) Backup(area []byte) {
 	first := int64(h.Slots[0].KeyMaterialOffset)
 	for i := range h.Slots {
 		first = min(first, int64(h.Slots[i].KeyMaterialOffset))
@@ -141,12 +141,12 @@ func (h *Header) Backup(area []byte) {
 // phdrDefined is the length of the defined part of the LUKS1 phdr.
 const phdrDefined = 592
 
-// RestoreUpdate writes a backup's area back: the key slot area after the
-// phdr first, synced, then the phdr, synced (the commit point). data is
-// the backup cut to what the image has room for; bh is its parsed header.
-func RestoreUpdate(data []byte, bh *Header) *Update {
+// Restore writes a backup's area back: the key slot area after the phdr
+// first, synced, then the phdr, synced (the commit point). data is the
+// backup cut to what the image has room for; h is its parsed header.
+func (h *LUKS1) Restore(data []byte) *Update {
 	return &Update{Writes: []Write{
 		{Offset: PhdrSize, Data: data[PhdrSize:], What: "key slot area", Sync: true},
 		{Offset: 0, Data: data[:PhdrSize], What: "LUKS header", Sync: true},
-	}, Header: bh}
+	}, Header: h}
 }

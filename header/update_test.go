@@ -29,7 +29,7 @@ func TestUpdateOrder(t *testing.T) {
 	h, vk, area := testFormat(t, "pw0", Params{KeyBytes: 32}, "update")
 	orig := *h
 
-	add, err := h.AddSlot(3, []byte("pw3"), vk, MinIterations, testRand("add"))
+	add, err := h.AddSlot(3, []byte("pw3"), vk, KDF{Iterations: MinIterations}, testRand("add"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestUpdateOrder(t *testing.T) {
 		t.Fatalf("old state after the material write: %v", err)
 	}
 	applyTo(t, area, add)
-	nh, err := Read(bytes.NewReader(area), 0, int64(len(area)))
+	nh, err := readLUKS1(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil || !nh.Slots[3].Active() {
 		t.Fatalf("after AddSlot: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestUpdateOrder(t *testing.T) {
 	}()
 
 	u, err := kill.Header.WithUUID("0F2A93B4-1C2D-4E5F-8A9B-0C1D2E3F4A5B")
-	if err != nil || u.Header.UUID != "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5b" || len(u.Writes) != 1 || u.Writes[0].Offset != 0 {
+	if err != nil || u.Header.Info().UUID != "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5b" || len(u.Writes) != 1 || u.Writes[0].Offset != 0 {
 		t.Fatalf("WithUUID: %+v, %v", u, err)
 	}
 	if _, err := kill.Header.WithUUID("nope"); !errors.Is(err, ErrInvalidUUID) {
@@ -92,8 +92,8 @@ func TestUpdateOrder(t *testing.T) {
 	if !bytes.Equal(backup[phdrDefined:4096], make([]byte, 4096-phdrDefined)) || !bytes.Equal(backup[:phdrDefined], area[:phdrDefined]) {
 		t.Fatal("Backup did not zero 592..4096 alone")
 	}
-	r := RestoreUpdate(backup, &orig)
+	r := orig.Restore(backup)
 	if len(r.Writes) != 2 || r.Writes[0].Offset != PhdrSize || r.Writes[1].Offset != 0 {
-		t.Fatalf("RestoreUpdate writes: %+v", r.Writes)
+		t.Fatalf("Restore writes: %+v", r.Writes)
 	}
 }

@@ -71,7 +71,7 @@ func (p Pipeline) options(total int64, sparse bool) sectors.Options {
 // header and where the header and payload are.
 type Encrypted struct {
 	Format Format
-	Header *header.Header
+	Header header.Header
 	// HeaderOffset is the byte offset of the LUKS header in the file.
 	HeaderOffset int64
 	// PayloadOffset and PayloadSize locate the encrypted data of a raw
@@ -111,9 +111,8 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 		return nil, err
 	}
 	e := &Encrypted{Format: Raw, Header: h, FileSize: size, f: r}
-	e.PayloadOffset = int64(h.PayloadOffset) * SectorSize
-	if h.PayloadOffset == 0 {
-		return nil, fmt.Errorf("%w: detached-header images (payload offset 0) are not supported", header.ErrCorrupt)
+	if e.PayloadOffset, err = attachedPayload(h); err != nil {
+		return nil, err
 	}
 	if size < e.PayloadOffset {
 		return nil, fmt.Errorf("%w: file is %d bytes, payload starts at %d", ErrTruncated, size, e.PayloadOffset)
@@ -123,6 +122,16 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of sectors", ErrTruncated, e.PayloadSize)
 	}
 	return e, nil
+}
+
+// attachedPayload returns the payload offset of h, in bytes, refusing a
+// detached header (payload offset 0), whose data lives elsewhere.
+func attachedPayload(h header.Header) (int64, error) {
+	p := h.Info().PayloadOffset
+	if p == 0 {
+		return 0, fmt.Errorf("%w: detached-header images (payload offset 0) are not supported", header.ErrCorrupt)
+	}
+	return p, nil
 }
 
 // Key is an unlocked volume key with its sector cipher.
@@ -152,7 +161,7 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 }
 
 // newKey wraps a volume key of h, which it takes over, with its cipher.
-func newKey(h *header.Header, vk []byte, slot int) (*Key, error) {
+func newKey(h header.Header, vk []byte, slot int) (*Key, error) {
 	c, err := h.NewSectorCipher(vk)
 	if err != nil {
 		clear(vk)
@@ -165,7 +174,7 @@ func newKey(h *header.Header, vk []byte, slot int) (*Key, error) {
 // sectors: the phdr and the key slots) and its volume key, as FormatHeader
 // makes them, ready for EncryptTo.
 type Formatted struct {
-	Header *header.Header
+	Header header.Header
 	Area   []byte
 	Key    *Key
 }
@@ -265,7 +274,7 @@ type EncryptOptions struct {
 
 // EncryptRaw encrypts the plaintext raw image src into a raw LUKS1 image
 // in dst. See Encrypt.
-func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*header.Header, error) {
+func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (header.Header, error) {
 	p, err := OpenPlain(src)
 	if err != nil {
 		return nil, err
@@ -286,7 +295,7 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (*head
 // raw LUKS has no allocation map. A qcow2 output embeds the LUKS header in
 // its own clusters, as qemu does, and stores only clusters holding
 // non-zero data, encrypted with IV sector = host offset / 512.
-func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (*header.Header, error) {
+func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (header.Header, error) {
 	if o.Format == "" {
 		o.Format = src.Format
 	}
@@ -324,7 +333,7 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	if _, err := dst.WriteAt(f.Area, 0); err != nil {
 		return fmt.Errorf("failed to write header: %w", err)
 	}
-	payload := int64(f.Header.PayloadOffset) * SectorSize
+	payload := f.Header.Info().PayloadOffset
 	if err := dst.Truncate(payload + src.Size); err != nil {
 		return fmt.Errorf("failed to size output: %w", err)
 	}

@@ -53,11 +53,11 @@ func (o InPlaceOptions) window(limit int64) int64 {
 type Result struct {
 	Op      Op
 	Format  Format
-	Header  *header.Header // the header now in the image; nil after decrypt
-	Bytes   int64          // data bytes converted
-	Resumed bool           // an interrupted run was continued
-	Kept    []int          // reencrypt: slots holding the new key
-	Removed []int          // reencrypt: slots removed
+	Header  header.Header // the header now in the image; nil after decrypt
+	Bytes   int64         // data bytes converted
+	Resumed bool          // an interrupted run was continued
+	Kept    []int         // reencrypt: slots holding the new key
+	Removed []int         // reencrypt: slots removed
 }
 
 // converter is one operation's data phase: how to run window k, how to
@@ -238,11 +238,11 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 		return nil, err
 	}
 	sec0, area := blob[:SectorSize], blob[SectorSize:]
-	h, err := header.Parse(area[:header.PhdrSize])
+	h, err := header.Read(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
-	if int64(len(area)) != st.Shift || int64(h.PayloadOffset)*SectorSize != st.Shift {
+	if int64(len(area)) != st.Shift || h.Info().PayloadOffset != st.Shift {
 		return nil, fmt.Errorf("%w: header area does not match", ErrJournalCorrupt)
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
@@ -342,7 +342,7 @@ func startEncrypt(img File, js JournalStore, o EncryptInPlaceOptions) (*journal,
 		return nil, err
 	}
 	clear(vk)
-	shift := int64(h.PayloadOffset) * SectorSize
+	shift := h.Info().PayloadOffset
 	blob := make([]byte, SectorSize+len(area))
 	if _, err := img.ReadAt(blob[:SectorSize], 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("failed to read image: %w", err)
@@ -382,9 +382,9 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		return nil, err
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
-	var h *header.Header
+	var h header.Header
 	if st.Phase == phaseData {
-		if h, err = header.Parse(blob[:header.PhdrSize]); err != nil {
+		if h, err = header.Read(bytes.NewReader(blob), 0, int64(len(blob))); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 		}
 		vk, _, err := h.Unlock(bytes.NewReader(blob), 0, passphrase, slot)
@@ -463,10 +463,10 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	if err != nil {
 		return nil, err
 	}
-	if h.PayloadOffset == 0 {
-		return nil, fmt.Errorf("%w: detached-header images (payload offset 0) are not supported", header.ErrCorrupt)
+	shift, err := attachedPayload(h)
+	if err != nil {
+		return nil, err
 	}
-	shift := int64(h.PayloadOffset) * SectorSize
 	if size < shift || (size-shift)%SectorSize != 0 {
 		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of sectors", ErrTruncated, size-shift)
 	}
@@ -476,7 +476,7 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 		return nil, err
 	}
 	clear(vk)
-	areaLen := (h.AreaSize() + SectorSize - 1) / SectorSize * SectorSize
+	areaLen := (h.Info().AreaSize + SectorSize - 1) / SectorSize * SectorSize
 	blob := make([]byte, areaLen)
 	if _, err := img.ReadAt(blob, 0); err != nil {
 		return nil, fmt.Errorf("failed to read header: %w", err)

@@ -128,20 +128,9 @@ func (e *Encrypted) TestKey(passphrase []byte, slot int) (int, error) {
 	return k.Slot, nil
 }
 
-// iterations returns the PBKDF2 count for a new slot.
-func (e *Encrypted) iterations(o SlotOptions) (uint32, error) {
-	if o.ForceIterations != 0 {
-		if o.ForceIterations < header.MinIterations {
-			return 0, fmt.Errorf("forced iterations %d below the minimum %d", o.ForceIterations, header.MinIterations)
-		}
-		return o.ForceIterations, nil
-	}
-	t := o.IterTime
-	if t == 0 {
-		t = header.DefaultIterTime
-	}
-	it, _, err := header.SlotIterations(e.Header.HashSpec, int(e.Header.KeyBytes), t)
-	return it, err
+// slotKDF returns the key derivation cost for a new slot.
+func (e *Encrypted) slotKDF(o SlotOptions) (header.KDF, error) {
+	return e.Header.SlotKDF(o.IterTime, o.ForceIterations)
 }
 
 // pickSlot returns the slot a new key goes into.
@@ -152,10 +141,10 @@ func (e *Encrypted) pickSlot(slot int) (int, error) {
 		}
 		return -1, ErrNoFreeSlot
 	}
-	if slot < 0 || slot >= header.NumSlots {
-		return -1, fmt.Errorf("key slot %d out of range (0 to %d)", slot, header.NumSlots-1)
+	if err := e.Header.CheckSlot(slot); err != nil {
+		return -1, err
 	}
-	if e.Header.Slots[slot].State != header.SlotDisabled {
+	if e.Header.SlotActive(slot) {
 		return -1, fmt.Errorf("key slot %d: %w", slot, ErrSlotInUse)
 	}
 	return slot, nil
@@ -230,20 +219,20 @@ func (e *Encrypted) AddKey(k *Key, passphrase []byte, o SlotOptions) (int, error
 	if len(passphrase) == 0 {
 		return -1, errors.New("empty passphrase")
 	}
-	iter, err := e.iterations(o)
+	kdf, err := e.slotKDF(o)
 	if err != nil {
 		return -1, err
 	}
-	if err := e.addSlot(f, k.volume, passphrase, slot, iter, o.Rand); err != nil {
+	if err := e.addSlot(f, k.volume, passphrase, slot, kdf, o.Rand); err != nil {
 		return -1, err
 	}
 	return slot, nil
 }
 
 // addSlot writes, activates and verifies one slot.
-func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, iter uint32, rnd io.Reader) error {
+func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, kdf header.KDF, rnd io.Reader) error {
 	old := e.Header
-	if err := e.apply(f)(old.AddSlot(slot, passphrase, vk, iter, rnd)); err != nil {
+	if err := e.apply(f)(old.AddSlot(slot, passphrase, vk, kdf, rnd)); err != nil {
 		return err
 	}
 	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
@@ -268,10 +257,10 @@ func (e *Encrypted) KillSlot(slot int, o RemoveOptions) error {
 	if err != nil {
 		return err
 	}
-	if slot < 0 || slot >= header.NumSlots {
-		return fmt.Errorf("key slot %d out of range (0 to %d)", slot, header.NumSlots-1)
+	if err := e.Header.CheckSlot(slot); err != nil {
+		return err
 	}
-	if !e.Header.Slots[slot].Active() {
+	if !e.Header.SlotActive(slot) {
 		return fmt.Errorf("key slot %d: %w", slot, ErrSlotInactive)
 	}
 	if e.Header.ActiveSlots() == 1 && !o.AllowLast {
@@ -316,7 +305,7 @@ func (e *Encrypted) ChangeKey(k *Key, newPass []byte, o ChangeOptions) (int, err
 		return -1, errors.New("empty passphrase")
 	}
 	from := k.Slot
-	if from < 0 || from >= header.NumSlots || !e.Header.Slots[from].Active() {
+	if !e.Header.SlotActive(from) {
 		return -1, fmt.Errorf("key slot %d: %w", from, ErrSlotInactive)
 	}
 	to, err := e.pickSlot(o.Slot)
@@ -327,7 +316,7 @@ func (e *Encrypted) ChangeKey(k *Key, newPass []byte, o ChangeOptions) (int, err
 	if err != nil {
 		return -1, err
 	}
-	iter, err := e.iterations(o.SlotOptions)
+	kdf, err := e.slotKDF(o.SlotOptions)
 	if err != nil {
 		return -1, err
 	}
@@ -336,12 +325,12 @@ func (e *Encrypted) ChangeKey(k *Key, newPass []byte, o ChangeOptions) (int, err
 		if err := e.killSlot(f, from, o.Rand); err != nil {
 			return -1, err
 		}
-		if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
+		if err := e.addSlot(f, k.volume, newPass, to, kdf, o.Rand); err != nil {
 			return -1, err
 		}
 		return to, nil
 	}
-	if err := e.addSlot(f, k.volume, newPass, to, iter, o.Rand); err != nil {
+	if err := e.addSlot(f, k.volume, newPass, to, kdf, o.Rand); err != nil {
 		return -1, err
 	}
 	// Commit point: from this header write on only newPass opens the image.
@@ -375,13 +364,13 @@ func (e *Encrypted) HeaderBackup(path string) error {
 	if m < len(buf) && err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("failed to read header area: %w", err)
 	}
-	if int64(m) < e.Header.AreaSize() {
+	if int64(m) < e.Header.Info().AreaSize {
 		return fmt.Errorf("%w: header area is truncated", header.ErrCorrupt)
 	}
 	e.Header.Backup(buf)
 	if e.Qcow2 != nil && e.Qcow2.CryptLength < n {
 		// Whatever follows the qcow2 LUKS area is not part of it.
-		clear(buf[max(e.Qcow2.CryptLength, e.Header.AreaSize()):])
+		clear(buf[max(e.Qcow2.CryptLength, e.Header.Info().AreaSize):])
 	}
 	o, err := CreateOutput(path, false)
 	if err != nil {
@@ -398,10 +387,10 @@ func (e *Encrypted) HeaderBackup(path string) error {
 type Restore struct {
 	// Current is the image's header, nil if it has none that parses (a
 	// damaged image); CurrentErr says why.
-	Current    *header.Header
+	Current    header.Header
 	CurrentErr error
 	// Backup is the header in the backup file.
-	Backup *header.Header
+	Backup header.Header
 	// Mismatch, when not nil, says how the backup differs from the
 	// image's header (UUID, payload offset or key size); Apply refuses
 	// it unless forced.
@@ -455,28 +444,30 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 		}
 	}
 	n := min(int64(len(data)), bh.BackupSize())
+	bi := bh.Info()
 	if limit < 0 {
 		// Raw image: the area ends at the payload, which must exist.
-		if p := int64(bh.PayloadOffset) * SectorSize; p != 0 {
+		if p := bi.PayloadOffset; p != 0 {
 			n = min(n, p)
 			if size < p {
 				return nil, fmt.Errorf("%w: the backup's payload offset %d lies beyond the end of the %d-byte image", ErrBackupMismatch, p, size)
 			}
 		}
-	} else if bh.AreaSize() > limit {
-		return nil, fmt.Errorf("%w: the backup's key slots end at byte %d, past the %d-byte LUKS area", ErrBackupMismatch, bh.AreaSize(), limit)
+	} else if bi.AreaSize > limit {
+		return nil, fmt.Errorf("%w: the backup's key slots end at byte %d, past the %d-byte LUKS area", ErrBackupMismatch, bi.AreaSize, limit)
 	} else {
 		n = min(n, limit)
 	}
 	r.data = data[:n]
-	if c := r.Current; c != nil {
+	if r.Current != nil {
+		c := r.Current.Info()
 		switch {
-		case c.UUID != bh.UUID:
-			r.Mismatch = fmt.Errorf("%w: UUID %s in the image, %s in the backup", ErrBackupMismatch, c.UUID, bh.UUID)
-		case c.PayloadOffset != bh.PayloadOffset:
-			r.Mismatch = fmt.Errorf("%w: payload offset %d in the image, %d in the backup", ErrBackupMismatch, c.PayloadOffset, bh.PayloadOffset)
-		case c.KeyBytes != bh.KeyBytes:
-			r.Mismatch = fmt.Errorf("%w: %d-bit key in the image, %d-bit in the backup", ErrBackupMismatch, c.KeyBytes*8, bh.KeyBytes*8)
+		case c.UUID != bi.UUID:
+			r.Mismatch = fmt.Errorf("%w: UUID %s in the image, %s in the backup", ErrBackupMismatch, c.UUID, bi.UUID)
+		case c.PayloadOffset != bi.PayloadOffset:
+			r.Mismatch = fmt.Errorf("%w: payload offset %d in the image, %d in the backup", ErrBackupMismatch, c.PayloadOffset/SectorSize, bi.PayloadOffset/SectorSize)
+		case c.KeyBytes != bi.KeyBytes:
+			r.Mismatch = fmt.Errorf("%w: %d-bit key in the image, %d-bit in the backup", ErrBackupMismatch, c.KeyBytes*8, bi.KeyBytes*8)
 		}
 	}
 	return r, nil
@@ -493,7 +484,7 @@ func (r *Restore) Apply(force bool) error {
 		return errors.New("image: header restore already applied or discarded")
 	}
 	defer r.Discard()
-	return applyUpdate(r.f, r.offset, header.RestoreUpdate(r.data, r.Backup))
+	return applyUpdate(r.f, r.offset, r.Backup.Restore(r.data))
 }
 
 // Discard clears the backup data held for Apply; call it (deferred) when a

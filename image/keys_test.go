@@ -33,8 +33,8 @@ func reopen(t *testing.T, f *os.File) *Encrypted {
 
 func slotMaterial(t *testing.T, f *os.File, e *Encrypted, slot int) []byte {
 	t.Helper()
-	b := make([]byte, e.Header.KeyMaterialSectors()*header.SectorSize)
-	if _, err := f.ReadAt(b, e.HeaderOffset+int64(e.Header.Slots[slot].KeyMaterialOffset)*header.SectorSize); err != nil {
+	b := make([]byte, e.Header.(*header.LUKS1).KeyMaterialSectors()*header.SectorSize)
+	if _, err := f.ReadAt(b, e.HeaderOffset+int64(e.Header.(*header.LUKS1).Slots[slot].KeyMaterialOffset)*header.SectorSize); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -55,7 +55,7 @@ func TestAddKeyAndTestKey(t *testing.T) {
 			t.Errorf("TestKey(%q) = %d, %v; want %d", pass, got, err, want)
 		}
 	}
-	if it := r.Header.Slots[1].Iterations; it != header.MinIterations {
+	if it := r.Header.(*header.LUKS1).Slots[1].Iterations; it != header.MinIterations {
 		t.Errorf("slot 1 iterations %d", it)
 	}
 	if _, err := r.TestKey([]byte("second"), 5); !errors.Is(err, header.ErrNoMatchingKeyslot) {
@@ -113,7 +113,7 @@ func TestKillSlotWipesAndGuardsLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := reopen(t, f)
-	s := r.Header.Slots[1]
+	s := r.Header.(*header.LUKS1).Slots[1]
 	if s.Active() || s.Iterations != 0 || s.Salt != [header.SaltSize]byte{} {
 		t.Errorf("killed slot: %+v", s)
 	}
@@ -155,7 +155,7 @@ func TestRemoveKey(t *testing.T) {
 		t.Fatalf("RemoveKey = %d, %v", slot, err)
 	}
 	r := reopen(t, f)
-	if r.Header.Slots[1].Active() || !r.Header.Slots[2].Active() || !r.Header.Slots[0].Active() {
+	if r.Header.(*header.LUKS1).Slots[1].Active() || !r.Header.(*header.LUKS1).Slots[2].Active() || !r.Header.(*header.LUKS1).Slots[0].Active() {
 		t.Error("wrong slots after RemoveKey")
 	}
 }
@@ -216,8 +216,8 @@ func TestSetUUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := reopen(t, f)
-	if r.Header.UUID != "0123abcd-0000-4000-8000-00000000000f" {
-		t.Errorf("UUID %q", r.Header.UUID)
+	if r.Header.Info().UUID != "0123abcd-0000-4000-8000-00000000000f" {
+		t.Errorf("UUID %q", r.Header.Info().UUID)
 	}
 	if _, err := r.TestKey(testPass, 0); err != nil {
 		t.Error(err)
@@ -316,14 +316,14 @@ func TestAddKeyRollsBackWhenVerifyFails(t *testing.T) {
 	if _, err := e.AddKey(k, []byte("second"), fast(-1)); !errors.Is(err, ErrVerifyFailed) {
 		t.Fatalf("AddKey = %v, want ErrVerifyFailed", err)
 	}
-	if e.Header.Slots[1].Active() {
+	if e.Header.(*header.LUKS1).Slots[1].Active() {
 		t.Error("in-memory header keeps the failed slot")
 	}
 	r, err := Open(f) // the original inode, still open
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Header.Slots[1].Active() {
+	if r.Header.(*header.LUKS1).Slots[1].Active() {
 		t.Fatal("on-disk header keeps the failed slot")
 	}
 	if after := slotMaterial(t, f, r, 1); bytes.Equal(after, material) {

@@ -79,13 +79,13 @@ func TestFormatHeaderAndEncryptTo(t *testing.T) {
 	os.WriteFile(src, plainBytes, 0o600)
 	vk := make([]byte, 64)
 	rand.Read(vk)
-	f, err := FormatHeader([]byte("pw"), header.Params{CipherName: "aes", CipherMode: "xts-plain64", VolumeKey: vk, ForceIterations: 1000})
+	f, err := FormatHeader([]byte("pw"), header.Params{Cipher: "aes-xts-plain64", VolumeKey: vk, ForceIterations: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Clear()
-	if !bytes.Equal(f.Key.VolumeKey(), vk) || f.Header.KeyBytes != 64 {
-		t.Fatalf("FormatHeader did not take the volume key (%d bytes)", f.Header.KeyBytes)
+	if !bytes.Equal(f.Key.VolumeKey(), vk) || f.Header.(*header.LUKS1).KeyBytes != 64 {
+		t.Fatalf("FormatHeader did not take the volume key (%d bytes)", f.Header.(*header.LUKS1).KeyBytes)
 	}
 	in, _ := os.Open(src)
 	defer in.Close()

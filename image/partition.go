@@ -181,10 +181,10 @@ func copyRanges(ctx context.Context, dst, src *os.File, ext []sectors.Extent, o 
 
 // PartitionResult describes the partition written.
 type PartitionResult struct {
-	Header    *header.Header // the LUKS header (EncryptPartition)
-	Start     int64          // partition start in bytes
-	Size      int64          // new partition size in bytes
-	DiskSize  int64          // new disk size in bytes
+	Header    header.Header // the LUKS header (EncryptPartition)
+	Start     int64         // partition start in bytes
+	Size      int64         // new partition size in bytes
+	DiskSize  int64         // new disk size in bytes
 	Partition int
 }
 
@@ -208,7 +208,7 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 	defer c.Clear()
 
 	start, size := d.part.GetStart(), d.part.GetSize()
-	payload := int64(h.PayloadOffset) * SectorSize
+	payload := h.Info().PayloadOffset
 	move := roundUpAlign(payload)
 	newSize := d.size + move
 	if err := d.relayout(payload, move, newSize, o); err != nil {
@@ -253,10 +253,10 @@ func OpenPartition(f *os.File, index int) (*Encrypted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: %w", index, err)
 	}
-	if h.PayloadOffset == 0 {
-		return nil, fmt.Errorf("partition %d: %w: detached-header containers (payload offset 0) are not supported", index, header.ErrCorrupt)
+	payload, err := attachedPayload(h)
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: %w", index, err)
 	}
-	payload := int64(h.PayloadOffset) * SectorSize
 	if payload >= size || (size-payload)%SectorSize != 0 {
 		return nil, fmt.Errorf("partition %d: %w: payload offset %d does not fit a %d-byte partition", index, ErrTruncated, payload, size)
 	}

@@ -60,7 +60,7 @@ func TestEncryptPartitionRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := int64(res.Header.PayloadOffset) * SectorSize
+	payload := int64(res.Header.(*header.LUKS1).PayloadOffset) * SectorSize
 	if res.DiskSize != 100<<20+payload {
 		t.Errorf("disk size %d, want %d", res.DiskSize, 100<<20+payload)
 	}

@@ -24,13 +24,13 @@ type ReencryptOptions struct {
 	// new volume key goes into the slots they open. Every other slot is
 	// removed.
 	Passphrases [][]byte
-	// CipherName and CipherMode of the new header ("aes", "xts-plain64");
-	// empty keeps the current cipher. KeyBytes and Hash of the new key; 0
-	// and "" keep the current ones, except that a new cipher gets its own
-	// default key size (cryptsetup's), as cryptsetup reencrypt --cipher.
-	CipherName, CipherMode string
-	KeyBytes               int
-	Hash                   string
+	// Cipher of the new header ("aes-xts-plain64"); empty keeps the
+	// current cipher. KeyBytes and Hash of the new key; 0 and "" keep the
+	// current ones, except that a new cipher gets its own default key size
+	// (cryptsetup's), as cryptsetup reencrypt --cipher.
+	Cipher   string
+	KeyBytes int
+	Hash     string
 	// IterTime and ForceIterations set the PBKDF2 cost of the new slots,
 	// as for header.Params.
 	IterTime        time.Duration
@@ -85,34 +85,20 @@ func isQcow2Marked(img File) (bool, error) {
 
 // readPhdr reads the header at a.off, accepting the LUKS\xde\xad marking
 // of an unfinished reencryption.
-func (a *luksArea) readPhdr(img File) (*header.Header, error) {
-	b := make([]byte, header.PhdrSize)
-	if _, err := img.ReadAt(b, a.off); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("failed to read LUKS header: %w", err)
-	}
-	if header.IsMarked(b) {
-		header.Unmark(b)
-	}
-	h, err := header.Parse(b)
-	if err != nil {
-		return nil, err
-	}
-	if h.AreaSize() > a.limit {
-		return nil, fmt.Errorf("%w: key material ends beyond the LUKS area", header.ErrCorrupt)
-	}
-	return h, nil
+func (a *luksArea) readPhdr(img File) (header.Header, error) {
+	return header.ReadMarked(img, a.off, a.limit)
 }
 
 // dataExtents lists the encrypted data of the image in a fixed order, with
 // DstOffset the host offset and SrcOffset the position in the stream.
-func (a *luksArea) dataExtents(img File, h *header.Header) ([]sectors.Extent, int64, error) {
+func (a *luksArea) dataExtents(img File, h header.Header) ([]sectors.Extent, int64, error) {
 	if a.format == Raw {
 		size, err := storageSize(img)
 		if err != nil {
 			return nil, 0, err
 		}
-		p := int64(h.PayloadOffset) * SectorSize
-		if h.PayloadOffset == 0 || size < p || (size-p)%SectorSize != 0 {
+		p := h.Info().PayloadOffset
+		if p == 0 || size < p || (size-p)%SectorSize != 0 {
 			return nil, 0, fmt.Errorf("%w: payload does not fit the file", ErrTruncated)
 		}
 		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: rawIV(0)}}, size - p, nil
@@ -173,13 +159,13 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	if err != nil {
 		return nil, err
 	}
-	nh, err := header.Parse(area[:header.PhdrSize])
+	nh, err := header.Read(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
 	if kept == nil {
-		for i := range nh.Slots {
-			if nh.Slots[i].Active() {
+		for i := range nh.NumSlots() {
+			if nh.SlotActive(i) {
 				kept = append(kept, i)
 			}
 		}
@@ -342,8 +328,8 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 
 // reencryptCiphers unlocks the old key from the image and the new one from
 // the journal's header area with the first passphrase that opens each.
-func reencryptCiphers(img File, loc *luksArea, oh, nh *header.Header, area []byte, passes [][]byte) (oldC, newC cipher.Sector, err error) {
-	unlock := func(h *header.Header, r io.ReaderAt, base int64) (cipher.Sector, error) {
+func reencryptCiphers(img File, loc *luksArea, oh, nh header.Header, area []byte, passes [][]byte) (oldC, newC cipher.Sector, err error) {
+	unlock := func(h header.Header, r io.ReaderAt, base int64) (cipher.Sector, error) {
 		err := header.ErrNoMatchingKeyslot
 		for _, p := range passes {
 			var vk []byte
@@ -398,8 +384,8 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	}
 	slices.Sort(kept)
 	var removed []int
-	for i := range oh.Slots {
-		if oh.Slots[i].Active() && slotOf[i] == nil {
+	for i := range oh.NumSlots() {
+		if oh.SlotActive(i) && slotOf[i] == nil {
 			removed = append(removed, i)
 		}
 	}
@@ -408,62 +394,31 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 			return nil, nil, nil, err
 		}
 	}
+	oi := oh.Info()
 	p := header.Params{
-		CipherName: oh.CipherName, CipherMode: oh.CipherMode,
-		Hash: oh.HashSpec, KeyBytes: int(oh.KeyBytes),
+		Cipher: oi.Cipher, Hash: oi.Hash, KeyBytes: oi.KeyBytes,
 		IterTime: o.IterTime, ForceIterations: o.ForceIterations,
-		UUID: oh.UUID, AlignSectors: 8, Rand: o.Rand,
+		UUID: oi.UUID, Rand: o.Rand,
 	}
 	if o.Hash != "" {
 		p.Hash = o.Hash
 	}
-	if o.CipherName != "" || o.CipherMode != "" {
-		p.CipherName, p.CipherMode = o.CipherName, o.CipherMode
-		if m, err := cipher.Lookup(p.CipherName, p.CipherMode); err == nil {
-			p.KeyBytes = m.DefaultKeyBytes
-		}
+	if o.Cipher != "" {
+		p.Cipher = o.Cipher
+		p.KeyBytes = 0 // the new cipher's default
 	}
 	if o.KeyBytes != 0 {
 		p.KeyBytes = o.KeyBytes
 	}
-	nh, vk, fresh, err := header.Format(slotOf[kept[0]], p)
+	room := loc.limit
+	if loc.format == Raw {
+		room = oi.PayloadOffset
+	}
+	_, vk, area, err := oh.Rekey(p, slotOf, room)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer clear(vk)
-	clear(fresh)
-	limit := loc.limit
-	if loc.format == Raw {
-		limit = int64(oh.PayloadOffset) * SectorSize
-	}
-	if nh.AreaSize() > limit {
-		return nil, nil, nil, fmt.Errorf("the header for a %d-bit key needs %d bytes, but the image has room for %d", p.KeyBytes*8, nh.AreaSize(), limit)
-	}
-	nh.PayloadOffset = oh.PayloadOffset
-	iter := nh.Slots[0].Iterations
-	nh.DisableSlot(0)
-	areaLen := max(oh.AreaSize(), nh.AreaSize())
-	areaLen = (areaLen + SectorSize - 1) / SectorSize * SectorSize
-	area := make([]byte, areaLen)
-	// Random bytes everywhere key material was or may be; zeros before
-	// the first slot, as luksFormat leaves them.
-	if _, err := io.ReadFull(randOr(o.Rand), area); err != nil {
-		return nil, nil, nil, err
-	}
-	firstKM := areaLen
-	for i := range nh.Slots {
-		firstKM = min(firstKM, int64(nh.Slots[i].KeyMaterialOffset)*SectorSize)
-	}
-	clear(area[:firstKM])
-	for _, s := range kept {
-		m, err := nh.SetKeySlot(s, slotOf[s], vk, iter, o.Rand)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		copy(area[int64(nh.Slots[s].KeyMaterialOffset)*SectorSize:], m)
-		clear(m)
-	}
-	copy(area, nh.Marshal())
+	clear(vk)
 	w := o.window(0)
 	st := &state{
 		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,

@@ -42,10 +42,11 @@ func testLUKS(t testing.TB, rng *rand.Rand, plain []byte, keyBytes int, passes .
 	t.Helper()
 	p := testParams(rng)
 	p.KeyBytes = keyBytes
-	h, vk, area, err := header.Format(passes[0], p)
+	f, vk, area, err := header.Format(passes[0], p)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := f.(*header.LUKS1)
 	for i, pass := range passes[1:] {
 		m, err := h.SetKeySlot(i+1, pass, vk, 1000, nil)
 		if err != nil {
@@ -65,12 +66,13 @@ func testLUKS(t testing.TB, rng *rand.Rand, plain []byte, keyBytes int, passes .
 }
 
 // testDecrypt returns the plaintext of a raw LUKS1 image and its header.
-func testDecrypt(t testing.TB, img, pass []byte) ([]byte, *header.Header) {
+func testDecrypt(t testing.TB, img, pass []byte) ([]byte, *header.LUKS1) {
 	t.Helper()
-	h, err := header.Read(bytes.NewReader(img), 0, int64(len(img)))
+	r, err := header.Read(bytes.NewReader(img), 0, int64(len(img)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := r.(*header.LUKS1)
 	vk, _, err := h.Unlock(bytes.NewReader(img), 0, pass, -1)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +137,7 @@ func crashCases() []crashCase {
 				return testLUKS(&testing.T{}, rng, plain, 32, rePass), plain
 			},
 			run: func(ctx context.Context, img File, js JournalStore) error {
-				_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, CipherName: "aes", CipherMode: "xts-plain64",
+				_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, Cipher: "aes-xts-plain64",
 					ForceIterations: 1000, InPlaceOptions: faultOpts()})
 				return err
 			},
@@ -441,7 +443,7 @@ func TestReencryptQcow2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Header.MKDigest == e0.Header.MKDigest {
+	if e.Header.(*header.LUKS1).MKDigest == e0.Header.(*header.LUKS1).MKDigest {
 		t.Fatal("volume key unchanged")
 	}
 	k, err := e.Unlock(rePass, -1)

@@ -109,11 +109,9 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	if err := dst.Commit(); err != nil {
 		return err
 	}
-	h := e.Header
 	return g.report(o.json, summary{
 		Op: "decrypt", Input: in, Output: out, Format: string(formatOr(format, e.Format)),
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
-		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
-		UUID: h.UUID, KeySlot: k.Slot, PayloadOffset: int64(h.PayloadOffset),
+		volumeJSON: volumeOf(e.Header, k.Slot),
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -96,7 +97,10 @@ func runDump(g *globalOptions, o dumpOptions, path string) error {
 	if o.key.keyFile != "" {
 		return usagef("--key-file is only used with --dump-volume-key")
 	}
-	h := e.Header
+	h, ok := e.Header.(*header.LUKS1)
+	if !ok {
+		return fmt.Errorf("dump of a LUKS%d header is not supported", e.Header.Info().Version)
+	}
 	if o.json {
 		d := dumpJSON{
 			Path: path, Format: string(e.Format), Version: int(h.Version), UUID: h.UUID,
@@ -120,12 +124,11 @@ func runDump(g *globalOptions, o dumpOptions, path string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	writeDump(g.stdout, path, e)
+	writeDump(g.stdout, path, e, h)
 	return nil
 }
 
-func writeDump(w io.Writer, path string, e *image.Encrypted) {
-	h := e.Header
+func writeDump(w io.Writer, path string, e *image.Encrypted, h *header.LUKS1) {
 	if q := e.Qcow2; q != nil {
 		fmt.Fprintf(w, "qcow2 image information for %s\n\n", path)
 		fmt.Fprintf(w, "Version:       \t%d\n", q.Version)
@@ -194,7 +197,7 @@ func runDumpVolumeKey(g *globalOptions, o dumpOptions, path string, e *image.Enc
 	}
 	defer k.Clear()
 	vk := k.VolumeKey()
-	h := e.Header
+	h := e.Header.Info()
 	if o.json {
 		raw := make([]byte, 2+hex.EncodedLen(len(vk)))
 		defer clear(raw)
@@ -202,14 +205,15 @@ func runDumpVolumeKey(g *globalOptions, o dumpOptions, path string, e *image.Enc
 		hex.Encode(raw[1:], vk)
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(volumeKeyJSON{Path: path, UUID: h.UUID, Cipher: h.CipherSpec(),
+		return enc.Encode(volumeKeyJSON{Path: path, UUID: h.UUID, Cipher: h.Cipher,
 			KeyBits: len(vk) * 8, KeySlot: k.Slot, VolumeKey: raw})
 	}
 	w := g.stdout
 	fmt.Fprintf(w, "LUKS header information for %s\n", path)
-	fmt.Fprintf(w, "Cipher name:   \t%s\n", h.CipherName)
-	fmt.Fprintf(w, "Cipher mode:   \t%s\n", h.CipherMode)
-	fmt.Fprintf(w, "Payload offset:\t%d\n", h.PayloadOffset)
+	name, mode, _ := strings.Cut(h.Cipher, "-")
+	fmt.Fprintf(w, "Cipher name:   \t%s\n", name)
+	fmt.Fprintf(w, "Cipher mode:   \t%s\n", mode)
+	fmt.Fprintf(w, "Payload offset:\t%d\n", h.PayloadOffset/image.SectorSize)
 	fmt.Fprintf(w, "UUID:          \t%s\n", h.UUID)
 	fmt.Fprintf(w, "MK bits:       \t%d\n", len(vk)*8)
 	// The hex goes through a buffer cleared afterwards, not a string.

@@ -113,22 +113,22 @@ func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error
 
 // cipherChoice checks --cipher and --key-size (in bits; 0 = the cipher's
 // default) and returns the LUKS1 cipher fields and key length.
-func cipherChoice(spec string, bits int) (name, mode string, keyBytes int, err error) {
+func cipherChoice(spec string, bits int) (keyBytes int, err error) {
 	m, err := cipher.Parse(spec)
 	if err != nil {
-		return "", "", 0, &header.UnsupportedCipherError{Spec: spec}
+		return 0, &header.UnsupportedCipherError{Spec: spec}
 	}
 	if bits == 0 {
-		return m.Name, m.Mode, m.DefaultKeyBytes, nil
+		return m.DefaultKeyBytes, nil
 	}
 	if bits%8 != 0 || !m.ValidKey(bits/8) {
-		return "", "", 0, usagef("unsupported --key-size %d for %s: use %s", bits, m.Spec(), m.KeyBits())
+		return 0, usagef("unsupported --key-size %d for %s: use %s", bits, m.Spec(), m.KeyBits())
 	}
-	return m.Name, m.Mode, bits / 8, nil
+	return bits / 8, nil
 }
 
 func (o encryptOptions) params() (header.Params, error) {
-	name, mode, keyBytes, err := cipherChoice(o.cipher, o.keySize)
+	keyBytes, err := cipherChoice(o.cipher, o.keySize)
 	if err != nil {
 		return header.Params{}, err
 	}
@@ -142,8 +142,7 @@ func (o encryptOptions) params() (header.Params, error) {
 		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d", header.MinIterations)
 	}
 	return header.Params{
-		CipherName:      name,
-		CipherMode:      mode,
+		Cipher:          o.cipher,
 		Hash:            o.hash,
 		KeyBytes:        keyBytes,
 		IterTime:        time.Duration(o.iterTime) * time.Millisecond,
@@ -178,7 +177,7 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	if e, err := image.Open(src); err == nil && !g.quiet {
-		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.UUID)
+		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.Info().UUID)
 	}
 	vk, err := o.volumeKey(g, params.KeyBytes)
 	if err != nil {
@@ -216,27 +215,38 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	return g.report(o.json, summary{
 		Op: "encrypt", Input: in, Output: out, Format: string(formatOr(format, plain.Format)),
 		Bytes: plain.Size, Seconds: time.Since(start).Seconds(),
-		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
-		UUID: h.UUID, KeySlot: 0, PayloadOffset: int64(h.PayloadOffset),
+		volumeJSON: volumeOf(h, 0),
 	})
 }
 
 // summary is the result of encrypt or decrypt, printed as one line for
 // people or as a JSON object on stdout with --json.
 type summary struct {
-	MessageType   string  `json:"message_type"`
-	Op            string  `json:"op"`
-	Input         string  `json:"input"`
-	Output        string  `json:"output"`
-	Format        string  `json:"format"`
-	Bytes         int64   `json:"bytes"`
-	Seconds       float64 `json:"seconds"`
-	Cipher        string  `json:"cipher"`
-	KeyBits       int     `json:"key_bits"`
-	Hash          string  `json:"hash"`
-	UUID          string  `json:"uuid"`
-	KeySlot       int     `json:"key_slot"`
-	PayloadOffset int64   `json:"payload_offset"`
+	MessageType string  `json:"message_type"`
+	Op          string  `json:"op"`
+	Input       string  `json:"input"`
+	Output      string  `json:"output"`
+	Format      string  `json:"format"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	volumeJSON
+}
+
+// volumeJSON is what a summary says of the header: cipher, key, UUID, the
+// slot used and the payload offset in 512-byte sectors.
+type volumeJSON struct {
+	Cipher        string `json:"cipher"`
+	KeyBits       int    `json:"key_bits"`
+	Hash          string `json:"hash"`
+	UUID          string `json:"uuid"`
+	KeySlot       int    `json:"key_slot"`
+	PayloadOffset int64  `json:"payload_offset"`
+}
+
+func volumeOf(h header.Header, slot int) volumeJSON {
+	i := h.Info()
+	return volumeJSON{Cipher: i.Cipher, KeyBits: i.KeyBytes * 8, Hash: i.Hash, UUID: i.UUID,
+		KeySlot: slot, PayloadOffset: i.PayloadOffset / image.SectorSize}
 }
 
 // parseFormat checks an --output-format value; "" means the input's.

@@ -138,7 +138,7 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 			return err
 		}
 		defer f.Close()
-		fmt.Fprintln(g.stdout, e.Header.UUID)
+		fmt.Fprintln(g.stdout, e.Header.Info().UUID)
 		return nil
 	}
 	f, e, err := openImageRW(path)
@@ -147,7 +147,7 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 	}
 	defer f.Close()
 	if !g.batch && g.stdinIsTerminal() {
-		if err := confirm(g, fmt.Sprintf("This changes the UUID of %s from %s to %s.", path, e.Header.UUID, o.uuid)); err != nil {
+		if err := confirm(g, fmt.Sprintf("This changes the UUID of %s from %s to %s.", path, e.Header.Info().UUID, o.uuid)); err != nil {
 			return err
 		}
 	}
@@ -188,7 +188,7 @@ stdout, or why the check failed.
 				return fmt.Errorf("%s is not a LUKS image", path)
 			}
 			if o.verbose {
-				fmt.Fprintf(g.stdout, "%s: LUKS%d (%s), UUID %s\n", path, e.Header.Version, e.Format, e.Header.UUID)
+				fmt.Fprintf(g.stdout, "%s: LUKS%d (%s), UUID %s\n", path, e.Header.Info().Version, e.Format, e.Header.Info().UUID)
 			}
 			return nil
 		},

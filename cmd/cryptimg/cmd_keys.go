@@ -161,13 +161,6 @@ func (p pbkdfOptions) slotOptions(slot int) (image.SlotOptions, error) {
 	return image.SlotOptions{Slot: slot, IterTime: time.Duration(p.iterTime) * time.Millisecond, ForceIterations: p.forceIterations}, nil
 }
 
-func checkSlotFlag(slot int) error {
-	if slot < -1 || slot >= header.NumSlots {
-		return usagef("--key-slot must be between 0 and %d", header.NumSlots-1)
-	}
-	return nil
-}
-
 // checkKeySources refuses two keys read from stdin.
 func checkKeySources(a, b keyOptions) error {
 	if a.keyFile == "-" && b.keyFile == "-" {
@@ -220,7 +213,7 @@ working.
 }
 
 func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
-	if err := checkSlotFlag(o.keySlot); err != nil {
+	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
 	so, err := o.pbkdf.slotOptions(o.keySlot)
@@ -368,8 +361,8 @@ last active key slot also needs --allow-last-slot.
 
 func runKillSlot(g *globalOptions, o removeOptions, path, slotArg string) error {
 	var slot int
-	if _, err := fmt.Sscan(slotArg, &slot); err != nil || slot < 0 || slot >= header.NumSlots || fmt.Sprint(slot) != slotArg {
-		return usagef("invalid key slot %q (want 0 to %d)", slotArg, header.NumSlots-1)
+	if _, err := fmt.Sscan(slotArg, &slot); err != nil || slot < 0 || slot >= header.MaxSlots || fmt.Sprint(slot) != slotArg {
+		return usagef("invalid key slot %q (want 0 to %d)", slotArg, header.MaxSlots-1)
 	}
 	if err := mustConfirm(g, "kill-slot"); err != nil {
 		return err
@@ -379,7 +372,7 @@ func runKillSlot(g *globalOptions, o removeOptions, path, slotArg string) error 
 		return err
 	}
 	defer f.Close()
-	if !e.Header.Slots[slot].Active() {
+	if !e.Header.SlotActive(slot) {
 		return fmt.Errorf("%s: key slot %d: %w", path, slot, image.ErrSlotInactive)
 	}
 	last := e.Header.ActiveSlots() == 1
@@ -407,8 +400,8 @@ func checkRemaining(e *image.Encrypted, key []byte, slot int, last bool) error {
 		_, err := e.TestKey(key, slot)
 		return err
 	}
-	for i := range e.Header.Slots {
-		if i == slot || !e.Header.Slots[i].Active() {
+	for i := range e.Header.NumSlots() {
+		if i == slot || !e.Header.SlotActive(i) {
 			continue
 		}
 		_, err := e.TestKey(key, i)
@@ -463,7 +456,7 @@ for confirmation on a terminal, and is refused on a non-terminal unless
 }
 
 func runChangeKey(g *globalOptions, o changeKeyOptions, path string) error {
-	if err := checkSlotFlag(o.keySlot); err != nil {
+	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
 	so, err := o.pbkdf.slotOptions(-1)
@@ -537,7 +530,7 @@ matches, 2 if it does not, 1 if no active slot could be tried.
 }
 
 func runTestKey(g *globalOptions, o testKeyOptions, path string) error {
-	if err := checkSlotFlag(o.keySlot); err != nil {
+	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
 	f, e, err := openImage(path)

@@ -141,9 +141,8 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	h := res.Header
 	return g.report(o.json, summary{
 		Op: "encrypt", Input: in, Output: out, Format: string(image.Raw),
-		Bytes: res.Size - int64(h.PayloadOffset)*image.SectorSize, Seconds: time.Since(start).Seconds(),
-		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
-		UUID: h.UUID, KeySlot: 0, PayloadOffset: int64(h.PayloadOffset),
+		Bytes: res.Size - h.Info().PayloadOffset, Seconds: time.Since(start).Seconds(),
+		volumeJSON: volumeOf(h, 0),
 	})
 }
 
@@ -188,11 +187,9 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err := dst.Commit(); err != nil {
 		return err
 	}
-	h := e.Header
 	return g.report(o.json, summary{
 		Op: "decrypt", Input: in, Output: out, Format: string(image.Raw),
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
-		Cipher: h.CipherSpec(), KeyBits: int(h.KeyBytes) * 8, Hash: h.HashSpec,
-		UUID: h.UUID, KeySlot: k.Slot, PayloadOffset: int64(h.PayloadOffset),
+		volumeJSON: volumeOf(e.Header, k.Slot),
 	})
 }

@@ -117,11 +117,9 @@ func checkHotzone(n int64) error {
 func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path string) error {
 	// Without --key-size the library keeps the key size, or gives a new
 	// cipher its default one.
-	var cipherName, cipherMode string
 	keyBytes := o.keySize / 8
 	if o.cipher != "" {
-		var err error
-		if cipherName, cipherMode, _, err = cipherChoice(o.cipher, o.keySize); err != nil {
+		if _, err := cipherChoice(o.cipher, o.keySize); err != nil {
 			return err
 		}
 	} else if o.keySize%8 != 0 {
@@ -186,7 +184,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	prog := g.newProgress("reencrypt")
 	start := time.Now()
 	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), image.ReencryptOptions{
-		Passphrases: passes, CipherName: cipherName, CipherMode: cipherMode, KeyBytes: keyBytes, Hash: o.hash,
+		Passphrases: passes, Cipher: o.cipher, KeyBytes: keyBytes, Hash: o.hash,
 		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
 		Confirm: func(removed []int) error {
 			if len(removed) == 0 {
@@ -238,8 +236,9 @@ func reportInPlace(g *globalOptions, asJSON bool, path string, r *image.Result, 
 		Image: path, Format: string(r.Format), Bytes: r.Bytes, Seconds: d.Seconds(), Resumed: r.Resumed,
 		KeptSlots: r.Kept, Removed: r.Removed,
 	}
-	if h := r.Header; h != nil {
-		s.Cipher, s.KeyBits, s.Hash, s.UUID = h.CipherSpec(), int(h.KeyBytes)*8, h.HashSpec, h.UUID
+	if r.Header != nil {
+		i := r.Header.Info()
+		s.Cipher, s.KeyBits, s.Hash, s.UUID = i.Cipher, i.KeyBytes*8, i.Hash, i.UUID
 	}
 	if asJSON {
 		return json.NewEncoder(g.stdout).Encode(s)
@@ -290,7 +289,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 			return fmt.Errorf("%s: in-place encryption supports raw images only; use cryptimg encrypt INPUT OUTPUT for qcow2", path)
 		}
 		if e, err := image.Open(f); err == nil && !g.quiet {
-			fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", path, e.Header.UUID)
+			fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", path, e.Header.Info().UUID)
 		}
 	}
 	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", !resuming)

@@ -47,7 +47,7 @@ func inspectKeys(t *testing.T, path string, oldKey, newKey []byte) keyState {
 		return slot
 	}
 	s.oldSlot, s.newSlot = try(oldKey), try(newKey)
-	s.oldSlotActive = e.Header.Slots[0].Active()
+	s.oldSlotActive = e.Header.(*header.LUKS1).Slots[0].Active()
 	return s
 }
 

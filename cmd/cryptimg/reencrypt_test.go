@@ -70,7 +70,7 @@ func plainSHA(t *testing.T, path string, pass []byte) (sum [32]byte, luks bool, 
 		h.Write(b)
 	}
 	copy(sum[:], h.Sum(nil))
-	return sum, true, e.Header.MKDigest
+	return sum, true, e.Header.(*header.LUKS1).MKDigest
 }
 
 func copyImage(t *testing.T, src, dst string) {

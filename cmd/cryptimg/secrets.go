@@ -140,11 +140,11 @@ func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 }
 
 // checkKeySlot checks a --key-slot value before anything is opened: -1 (try
-// every slot) or a LUKS1 slot number. Whether that slot exists in a given
-// image is the header's business.
+// every slot) or a slot number some LUKS version has. Whether that slot
+// exists in a given image is the header's business (Header.CheckSlot).
 func checkKeySlot(slot int) error {
-	if slot < -1 || slot >= header.NumSlots {
-		return usagef("--key-slot must be between 0 and %d", header.NumSlots-1)
+	if slot < -1 || slot >= header.MaxSlots {
+		return usagef("--key-slot must be between 0 and %d", header.MaxSlots-1)
 	}
 	return nil
 }

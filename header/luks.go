@@ -1,0 +1,103 @@
+package header
+
+import (
+	"io"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
+)
+
+// Header is a parsed LUKS header, whatever its version: what package image
+// and the CLI need of one. [*LUKS1] is the one implementation so far; the
+// version-specific fields (for a dump) are on the concrete type.
+//
+// Every method that changes the header returns an [*Update]: the writes and
+// syncs in the order the format commits them, and the header they leave.
+// The receiver itself never changes, so a caller that fails half-way
+// through an update still holds the header that is on disk until the
+// commit point.
+type Header interface {
+	// Info is the header's summary: version, UUID, cipher, geometry.
+	Info() Info
+
+	// NumSlots is the number of key slots the format has (8 for LUKS1).
+	NumSlots() int
+	// SlotActive reports whether slot holds a key; false out of range.
+	SlotActive(slot int) bool
+	// ActiveSlots counts the active slots.
+	ActiveSlots() int
+	// FirstFreeSlot is the lowest slot that can take a new key, or -1.
+	FirstFreeSlot() int
+	// CheckSlot returns an error for a slot number out of range.
+	CheckSlot(slot int) error
+
+	// Unlock recovers the volume key with passphrase from the key slots
+	// read from r, where the header starts at byte base; slot -1 tries
+	// every active slot. It returns the key and the slot that opened.
+	Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error)
+	// VerifyVolumeKey reports whether vk is this header's volume key.
+	VerifyVolumeKey(vk []byte) bool
+	// NewSectorCipher is the payload cipher for the volume key.
+	NewSectorCipher(volumeKey []byte) (cipher.Sector, error)
+
+	// SlotKDF is the key derivation cost for a new key slot: forced
+	// iterations when force is not 0, otherwise measured to take iterTime
+	// (0: DefaultIterTime) on this machine.
+	SlotKDF(iterTime time.Duration, force uint32) (KDF, error)
+	// AddSlot puts passphrase into the free slot, with cost kdf.
+	AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.Reader) (*Update, error)
+	// KillSlot disables slot and destroys its key material.
+	KillSlot(slot int, rnd io.Reader) (*Update, error)
+	// WipeSlot destroys the key material of a slot that is not active.
+	WipeSlot(slot int, rnd io.Reader) (*Update, error)
+	// WithUUID sets the UUID.
+	WithUUID(uuid string) (*Update, error)
+	// Rewrite writes the header as it is, to put an old header back.
+	Rewrite() *Update
+
+	// BackupSize is the size of a header backup file, as cryptsetup
+	// luksHeaderBackup makes it.
+	BackupSize() int64
+	// Backup turns the first BackupSize bytes of the header area into the
+	// backup file's content, in place.
+	Backup(area []byte)
+	// Restore writes a backup (cut to the room the image has) back over
+	// the header area; the receiver is the backup's header.
+	Restore(data []byte) *Update
+
+	// Rekey makes the header of the same image under a new volume key and
+	// p's cipher, hash and cost, with each slot of keep holding its
+	// passphrase and the payload where it is. area is the whole new header
+	// area (at least room bytes are never needed: a header that does not
+	// fit in room bytes is an error). The caller clears volumeKey and area.
+	Rekey(p Params, keep map[int][]byte, room int64) (h Header, volumeKey, area []byte, err error)
+}
+
+// MaxSlots is the most key slots any supported LUKS version has, for
+// checking a slot number before a header is read; a header's own count is
+// [Header.NumSlots].
+const MaxSlots = NumSlots
+
+// Info is what a header says about its image, in units of bytes.
+type Info struct {
+	Version  int
+	UUID     string
+	Cipher   string // cryptsetup specification, "aes-xts-plain64"
+	KeyBytes int    // volume key size
+	Hash     string // the hash of the digest and of the AF splitter
+	// SectorSize is the size of an encrypted sector.
+	SectorSize int
+	// PayloadOffset is where the encrypted data starts, in bytes from the
+	// header; 0 for a detached header.
+	PayloadOffset int64
+	// AreaSize is the end of the header's last key material, in bytes from
+	// the header: what must be readable for the header to be whole.
+	AreaSize int64
+}
+
+// KDF is the cost of a key slot's key derivation.
+type KDF struct {
+	Iterations uint32 // PBKDF2 iterations
+}
+
+var _ Header = (*LUKS1)(nil)
