@@ -73,5 +73,5 @@ func newCipher(name, mode string, key []byte) (cipher.Sector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.NewSector(key)
+	return m.NewSector(key, cipher.LUKS1)
 }

@@ -20,7 +20,7 @@ func (h *LUKS1) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
 	if len(volumeKey) != int(h.KeyBytes) {
 		return nil, fmt.Errorf("volume key is %d bytes, header says %d", len(volumeKey), h.KeyBytes)
 	}
-	return m.NewSector(volumeKey)
+	return m.NewSector(volumeKey, cipher.LUKS1)
 }
 
 // VerifyVolumeKey reports whether vk matches the header's master key digest.
@@ -123,8 +123,11 @@ func (h *LUKS1) openSlot(r io.ReaderAt, base int64, passphrase []byte, i int) ([
 	}
 	// The IV sector restarts at 0 at the start of the key material
 	// (cryptsetup keyencryption.c).
-	c.DecryptSectors(material, material, 0, SectorSize)
+	err = c.DecryptSectors(material, material, 0)
 	c.Clear()
+	if err != nil {
+		return nil, fmt.Errorf("key slot %d: %w", i, err)
+	}
 	vk, err := AFMerge(material, int(h.KeyBytes), Stripes, h.HashSpec)
 	if err != nil {
 		return nil, fmt.Errorf("key slot %d: %w", i, err)
@@ -194,8 +197,12 @@ func (h *LUKS1) setKeySlot(slot int, passphrase, volumeKey []byte, iterations ui
 		clear(material)
 		return nil, err
 	}
-	c.EncryptSectors(material, material, 0, SectorSize)
+	err = c.EncryptSectors(material, material, 0)
 	c.Clear()
+	if err != nil {
+		clear(material)
+		return nil, err
+	}
 	s.State = SlotActive
 	s.Iterations = iterations
 	s.Salt = salt

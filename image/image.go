@@ -243,7 +243,7 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 	default:
 		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
-	t := func(d, s []byte, first uint64) error { k.Cipher.DecryptSectors(d, s, first, SectorSize); return nil }
+	t := k.Cipher.DecryptSectors
 	var err error
 	if e.Format == Qcow2 {
 		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
@@ -326,7 +326,7 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
 	c := f.Key.Cipher
-	t := func(d, s []byte, first uint64) error { c.EncryptSectors(d, s, first, SectorSize); return nil }
+	t := c.EncryptSectors
 	if o.Format == Qcow2 {
 		return encryptQcow2(ctx, dst, src, f.Area, t, o)
 	}

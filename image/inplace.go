@@ -277,7 +277,7 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 			}
 		}
 		src := sector0Reader{img: img, sec0: sec0}
-		t := func(d, s []byte, first uint64) error { ciph.EncryptSectors(d, s, first, SectorSize); return nil }
+		t := ciph.EncryptSectors
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			y := st.DataLen - k*st.Window
 			x := max(0, y-st.Window)
@@ -403,7 +403,7 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 			return nil, err
 		}
 		dst := sector0Writer{img: img, j: j.s, off0: st.Sec0Off}
-		t := func(d, s []byte, first uint64) error { ciph.DecryptSectors(d, s, first, SectorSize); return nil }
+		t := ciph.DecryptSectors
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			x := k * st.Window
 			ext := []sectors.Extent{{SrcOffset: x + st.Shift, DstOffset: x, Length: c.windowLen(k), Sector: rawIV(x)}}

@@ -227,7 +227,7 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 	if err := copyRanges(ctx, dst, src, copies, prog.options(0, false)); err != nil {
 		return nil, err
 	}
-	t := func(dd, s []byte, first uint64) error { c.EncryptSectors(dd, s, first, SectorSize); return nil }
+	t := c.EncryptSectors
 	if err := sectors.Run(ctx, dst, src, crypt, t, prog.options(start+d.size-end, false)); err != nil {
 		return nil, err
 	}
@@ -303,7 +303,7 @@ func DecryptPartition(ctx context.Context, dst, src *os.File, e *Encrypted, k *K
 	if err := copyRanges(ctx, dst, src, copies, prog.options(0, false)); err != nil {
 		return nil, err
 	}
-	t := func(dd, s []byte, first uint64) error { k.Cipher.DecryptSectors(dd, s, first, SectorSize); return nil }
+	t := k.Cipher.DecryptSectors
 	if err := sectors.Run(ctx, dst, src, crypt, t, prog.options(copied, true)); err != nil {
 		return nil, err
 	}

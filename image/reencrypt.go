@@ -208,9 +208,10 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 		}
 		t := func(d, s []byte, first uint64) error {
-			oldC.DecryptSectors(d, s, first, SectorSize)
-			newC.EncryptSectors(d, d, first, SectorSize)
-			return nil
+			if err := oldC.DecryptSectors(d, s, first); err != nil {
+				return err
+			}
+			return newC.EncryptSectors(d, d, first)
 		}
 		bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
 		read := func(k int64) ([]sectors.Extent, []byte, error) {

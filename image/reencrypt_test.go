@@ -61,7 +61,7 @@ func testLUKS(t testing.TB, rng *rand.Rand, plain []byte, keyBytes int, passes .
 	}
 	out := make([]byte, len(area)+len(plain))
 	copy(out, area)
-	c.EncryptSectors(out[len(area):], plain, 0, 512)
+	c.EncryptSectors(out[len(area):], plain, 0)
 	return out
 }
 
@@ -83,7 +83,7 @@ func testDecrypt(t testing.TB, img, pass []byte) ([]byte, *header.LUKS1) {
 	}
 	p := int64(h.PayloadOffset) * 512
 	out := make([]byte, int64(len(img))-p)
-	c.DecryptSectors(out, img[p:], 0, 512)
+	c.DecryptSectors(out, img[p:], 0)
 	return out, h
 }
 

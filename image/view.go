@@ -320,8 +320,7 @@ func (v *rawView) readSectors(buf []byte, s int64) error {
 		}
 		return err
 	}
-	v.cryptRun(buf, buf, s, false)
-	return nil
+	return v.c.DecryptSectors(buf, buf, rawIV(s))
 }
 
 // parallelMin is the request size from which the cipher work of one
@@ -374,14 +373,6 @@ func steps(lo, hi int, fn func(lo, hi int) error) error {
 	return nil
 }
 
-func (v *rawView) cryptRun(dst, src []byte, off int64, encrypt bool) {
-	if encrypt {
-		v.c.EncryptSectors(dst, src, rawIV(off), SectorSize)
-	} else {
-		v.c.DecryptSectors(dst, src, rawIV(off), SectorSize)
-	}
-}
-
 // checkWrite validates a write of n bytes at off into a view of size
 // bytes: views never grow.
 func checkWrite(readOnly bool, off, n, size int64) error {
@@ -428,7 +419,9 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 			copy(buf[pos-s:], p[pos-off:stepEnd-off])
 		}
 		err := split(len(buf), func(lo, hi int) error {
-			v.cryptRun(buf[lo:hi], src[lo:hi], s+int64(lo), true)
+			if err := v.c.EncryptSectors(buf[lo:hi], src[lo:hi], rawIV(s+int64(lo))); err != nil {
+				return err
+			}
 			_, err := v.f.WriteAt(buf[lo:hi], v.base+s+int64(lo))
 			return err
 		})

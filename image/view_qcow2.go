@@ -119,8 +119,7 @@ func (v *qcowView) readHost(b []byte, h int64) error {
 		}
 		return err
 	}
-	v.c.DecryptSectors(b, b, qcowIV(h), SectorSize)
-	return nil
+	return v.c.DecryptSectors(b, b, qcowIV(h))
 }
 
 func (v *qcowView) WriteAt(p []byte, off int64) (_ int, err error) {
@@ -183,7 +182,9 @@ func (v *qcowView) writeData(src []byte, m qcow2.Mapping, pos int64, buf []byte)
 		copy(b[pos-s:], src)
 	}
 	return split(len(b), func(lo, hi int) error {
-		v.c.EncryptSectors(b[lo:hi], in[lo:hi], qcowIV(host+int64(lo)), SectorSize)
+		if err := v.c.EncryptSectors(b[lo:hi], in[lo:hi], qcowIV(host+int64(lo))); err != nil {
+			return err
+		}
 		_, err := v.f.WriteAt(b[lo:hi], host+int64(lo))
 		return err
 	})
@@ -263,7 +264,9 @@ func (v *qcowView) allocate(src []byte, pos int64, buf []byte) (int64, error) {
 				if full(x - x%cs) {
 					in = src[x-lo : y-lo]
 				}
-				v.c.EncryptSectors(plain[x:y], in, qcowIV(h), SectorSize)
+				if err := v.c.EncryptSectors(plain[x:y], in, qcowIV(h)); err != nil {
+					return err
+				}
 				if _, err := v.f.WriteAt(plain[x:y], h); err != nil {
 					return err
 				}

@@ -66,7 +66,7 @@ func plainSHA(t *testing.T, path string, pass []byte) (sum [32]byte, luks bool, 
 		if _, err := f.ReadAt(b, off); err != nil {
 			t.Fatal(err)
 		}
-		k.Cipher.DecryptSectors(b, b, uint64(off-e.PayloadOffset)/512, 512)
+		k.Cipher.DecryptSectors(b, b, uint64(off-e.PayloadOffset)/512)
 		h.Write(b)
 	}
 	copy(sum[:], h.Sum(nil))

@@ -16,18 +16,18 @@ func BenchmarkSectors(b *testing.B) {
 		key  int
 	}{{"aes-cbc-essiv:sha256", 32}, {"aes-xts-plain64", 64}, {"aes-xts-plain64", 32}, {"aes-cbc-plain64", 32}} {
 		m, _ := Parse(c.spec)
-		s, _ := m.NewSector(make([]byte, c.key))
 		for _, ss := range []int{512, 4096} {
+			s, _ := m.NewSector(make([]byte, c.key), Geometry{SectorSize: ss})
 			b.Run(c.spec+"-"+itoa(c.key*8)+"-"+itoa(ss)+"-enc", func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for i := 0; i < b.N; i++ {
-					s.EncryptSectors(buf, buf, uint64(i), ss)
+					s.EncryptSectors(buf, buf, uint64(i))
 				}
 			})
 			b.Run(c.spec+"-"+itoa(c.key*8)+"-"+itoa(ss)+"-dec", func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for i := 0; i < b.N; i++ {
-					s.DecryptSectors(buf, buf, uint64(i), ss)
+					s.DecryptSectors(buf, buf, uint64(i))
 				}
 			})
 		}

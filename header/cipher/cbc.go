@@ -16,7 +16,7 @@ func init() {
 	}{{"cbc-plain64", ^uint64(0)}, {"cbc-plain", 1<<32 - 1}} {
 		mask := m.mask
 		register(&Mode{Name: "aes", Mode: m.mode, KeyBytes: []int{16, 24, 32}, DefaultKeyBytes: 32,
-			New: func(key []byte) (Sector, error) {
+			new: func(key []byte) (kernel, error) {
 				b, err := aes.NewCipher(key)
 				if err != nil {
 					return nil, err
@@ -38,20 +38,16 @@ type ivSetter interface {
 	SetIV([]byte)
 }
 
+// EncryptSectors and DecryptSectors take calls that sector has checked.
 func (c *cbcPlain) EncryptSectors(dst, src []byte, first uint64, sectorSize int) {
-	check("cipher: cbc", dst, src, sectorSize)
 	c.run(dst, src, first, sectorSize, gocipher.NewCBCEncrypter)
 }
 
 func (c *cbcPlain) DecryptSectors(dst, src []byte, first uint64, sectorSize int) {
-	check("cipher: cbc", dst, src, sectorSize)
 	c.run(dst, src, first, sectorSize, gocipher.NewCBCDecrypter)
 }
 
 func (c *cbcPlain) run(dst, src []byte, first uint64, sectorSize int, mode func(gocipher.Block, []byte) gocipher.BlockMode) {
-	if len(src) == 0 {
-		return
-	}
 	var iv [16]byte
 	step := uint64(sectorSize / 512)
 	binary.LittleEndian.PutUint64(iv[:8], first&c.mask)

@@ -4,10 +4,12 @@
 // cipher mode lives in a file of its own and registers itself here, so a new
 // mode is a new file and nothing else.
 //
-// Sector numbers ("IV sectors") are given by the caller: they count 512-byte
-// units, as dm-crypt does without iv_large_sectors, also when a sector is
-// larger than 512 bytes. Which number a sector gets is the container's
-// business (package image), never this package's.
+// A sector cipher is made for one [Geometry]: its sector size and how its
+// IVs are numbered. Callers give each run of sectors the 512-byte unit
+// number of its first sector; which number that is is the container's
+// business (package image), never this package's. The cipher maps it to the
+// IV as dm-crypt does: unchanged, or divided by the sectors' 512-byte units
+// with iv_large_sectors.
 package cipher
 
 import (
@@ -18,18 +20,56 @@ import (
 	"strings"
 )
 
-// Sector encrypts and decrypts runs of consecutive disk sectors.
+// Geometry is how a container cuts its encrypted data into sectors and
+// numbers their IVs.
+type Geometry struct {
+	// SectorSize is the encryption unit in bytes: 512 (LUKS1, qcow2) or a
+	// larger power of two up to 4096 (LUKS2's sector_size).
+	SectorSize int
+	// LargeIV numbers IVs by sector instead of by 512-byte unit, as
+	// dm-crypt's iv_large_sectors option does. cryptsetup never sets it
+	// for LUKS (only for BitLocker), so a LUKS2 4096-byte sector's IV
+	// steps by 8.
+	LargeIV bool
+}
+
+// LUKS1 is the geometry of LUKS1 and of qcow2's LUKS: 512-byte sectors.
+var LUKS1 = Geometry{SectorSize: 512}
+
+func (g Geometry) check() error {
+	if g.SectorSize < 512 || g.SectorSize > 4096 || g.SectorSize&(g.SectorSize-1) != 0 {
+		return fmt.Errorf("invalid sector size %d (want a power of two from 512 to 4096)", g.SectorSize)
+	}
+	return nil
+}
+
+// Sector encrypts and decrypts runs of consecutive sectors of one Geometry.
 //
-// EncryptSectors encrypts len(src)/sectorSize sectors; the first has IV
-// sector firstSector and each next one sectorSize/512 more. sectorSize is
-// 512 or a larger power of two up to 4096; len(src) is a multiple of it; dst
-// is at least as long as src and the two overlap entirely or not at all.
-// Violations are programming errors and panic. Implementations are safe for
-// concurrent use and make no allocations per call.
+// EncryptSectors encrypts len(src)/SectorSize sectors. unit is the 512-byte
+// unit the container numbers the first sector with (its IV rule, package
+// image); each next sector is SectorSize/512 units on. The cipher turns
+// that into the IV: the unit itself, or unit/(SectorSize/512) with
+// LargeIV (rounded down, as dm-crypt shifts it). len(src) is a multiple of
+// the sector size; dst is at least as long as src and the two overlap
+// entirely or not at all. Violations are programming errors
+// and panic. The error is for modes that can refuse their input (an
+// authenticated mode's bad tag); the unauthenticated modes never fail.
+// Implementations are safe for concurrent use and make no allocations per
+// call.
 type Sector interface {
-	EncryptSectors(dst, src []byte, firstSector uint64, sectorSize int)
-	DecryptSectors(dst, src []byte, firstSector uint64, sectorSize int)
+	Geometry() Geometry
+	EncryptSectors(dst, src []byte, unit uint64) error
+	DecryptSectors(dst, src []byte, unit uint64) error
 	// Clear overwrites the expanded keys; the cipher is unusable afterwards.
+	Clear()
+}
+
+// kernel is what a mode's file provides: the transform of sectors of
+// sectorSize bytes, the first with IV number iv and each next one
+// sectorSize/512 on (dm-crypt's numbering without iv_large_sectors).
+type kernel interface {
+	EncryptSectors(dst, src []byte, iv uint64, sectorSize int)
+	DecryptSectors(dst, src []byte, iv uint64, sectorSize int)
 	Clear()
 }
 
@@ -42,9 +82,9 @@ type Mode struct {
 	// DefaultKeyBytes is what cryptsetup luksFormat --type luks1 uses when no
 	// --key-size is given.
 	DefaultKeyBytes int
-	// New returns the cipher for a key of one of the KeyBytes sizes. The key
-	// slice is not retained.
-	New func(key []byte) (Sector, error)
+	// new returns the kernel for a key of one of the KeyBytes sizes. The
+	// key slice is not retained.
+	new func(key []byte) (kernel, error)
 }
 
 // Spec is the cryptsetup form, "aes-xts-plain64".
@@ -134,13 +174,63 @@ func (e *KeySizeError) Error() string {
 	return fmt.Sprintf("%d-bit key is invalid for %s (want %s)", e.Size*8, e.Mode.Spec(), e.Mode.KeyBits())
 }
 
-// NewSector returns the sector cipher of mode m for key, checking its size.
-func (m *Mode) NewSector(key []byte) (Sector, error) {
+// NewSector returns the sector cipher of mode m for key and geometry g,
+// checking both.
+func (m *Mode) NewSector(key []byte, g Geometry) (Sector, error) {
 	if !m.ValidKey(len(key)) {
 		return nil, &KeySizeError{Mode: m, Size: len(key)}
 	}
-	return m.New(key)
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	k, err := m.new(key)
+	if err != nil {
+		return nil, err
+	}
+	return &sector{k: k, g: g, prefix: "cipher: " + m.Mode, step: uint64(g.SectorSize / 512)}, nil
 }
+
+// sector binds a kernel to a geometry: it checks every call and maps units
+// to IVs.
+type sector struct {
+	k      kernel
+	g      Geometry
+	prefix string // for panics
+	step   uint64 // 512-byte units per sector
+}
+
+func (s *sector) Geometry() Geometry { return s.g }
+
+func (s *sector) EncryptSectors(dst, src []byte, unit uint64) error {
+	s.run(dst, src, unit, s.k.EncryptSectors)
+	return nil
+}
+
+func (s *sector) DecryptSectors(dst, src []byte, unit uint64) error {
+	s.run(dst, src, unit, s.k.DecryptSectors)
+	return nil
+}
+
+func (s *sector) run(dst, src []byte, unit uint64, f func(dst, src []byte, iv uint64, sectorSize int)) {
+	ss := s.g.SectorSize
+	check(s.prefix, dst, src, ss)
+	if len(src) == 0 {
+		return
+	}
+	if !s.g.LargeIV || s.step == 1 {
+		f(dst, src, unit, ss)
+		return
+	}
+	// The kernels step IVs by 512-byte units, so with iv_large_sectors
+	// each sector is a call of its own, numbered as dm-crypt shifts it.
+	iv := unit / s.step
+	for off := 0; off < len(src); off += ss {
+		f(dst[off:off+ss], src[off:off+ss], iv, ss)
+		iv++
+	}
+}
+
+func (s *sector) Clear() { s.k.Clear() }
 
 // check panics on misuse of a Sector method, with the same checks and order
 // everywhere.

@@ -28,13 +28,13 @@ func unhex(t *testing.T, s string) []byte {
 	return b
 }
 
-func mustSector(t *testing.T, spec string, key []byte) Sector {
+func mustSector(t *testing.T, spec string, key []byte, g Geometry) Sector {
 	t.Helper()
 	m, err := Parse(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := m.NewSector(key)
+	c, err := m.NewSector(key, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,13 +74,13 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s: default key %d bytes", c.spec, m.DefaultKeyBytes)
 		}
 		for _, n := range c.good {
-			if _, err := m.NewSector(make([]byte, n)); err != nil {
+			if _, err := m.NewSector(make([]byte, n), LUKS1); err != nil {
 				t.Errorf("%s with %d bytes: %v", c.spec, n, err)
 			}
 		}
 		for _, n := range c.bad {
 			var ke *KeySizeError
-			if _, err := m.NewSector(make([]byte, n)); !errors.As(err, &ke) {
+			if _, err := m.NewSector(make([]byte, n), LUKS1); !errors.As(err, &ke) {
 				t.Errorf("%s with %d bytes: %v, want a KeySizeError", c.spec, n, err)
 			}
 		}
@@ -131,9 +131,9 @@ func TestXTSSectors(t *testing.T) {
 		rand.Read(src)
 		first := uint64(1<<32 - 9)
 		for _, spec := range []string{"aes-xts-plain64", "aes-xts-plain"} {
-			c := mustSector(t, spec, key)
+			c := mustSector(t, spec, key, Geometry{SectorSize: ss})
 			got := make([]byte, len(src))
-			c.EncryptSectors(got, src, first, ss)
+			c.EncryptSectors(got, src, first)
 			for i := 0; i < 4; i++ {
 				iv := first + uint64(i*ss/512)
 				if spec == "aes-xts-plain" {
@@ -146,11 +146,11 @@ func TestXTSSectors(t *testing.T) {
 				}
 			}
 			back := make([]byte, len(src))
-			c.DecryptSectors(back, got, first, ss)
+			c.DecryptSectors(back, got, first)
 			if !bytes.Equal(back, src) {
 				t.Fatalf("%s: decrypt does not invert encrypt", spec)
 			}
-			c.EncryptSectors(got, got, first, ss) // in place
+			c.EncryptSectors(got, got, first) // in place
 		}
 	}
 }
@@ -166,9 +166,9 @@ func TestCBCPlain(t *testing.T) {
 		rand.Read(src)
 		first := uint64(1<<32 - 1)
 		for _, spec := range []string{"aes-cbc-plain64", "aes-cbc-plain"} {
-			c := mustSector(t, spec, key)
+			c := mustSector(t, spec, key, Geometry{SectorSize: ss})
 			got := make([]byte, len(src))
-			c.EncryptSectors(got, src, first, ss)
+			c.EncryptSectors(got, src, first)
 			for i := 0; i < 3; i++ {
 				n := first + uint64(i*ss/512)
 				if spec == "aes-cbc-plain" {
@@ -183,7 +183,7 @@ func TestCBCPlain(t *testing.T) {
 				}
 			}
 			back := make([]byte, len(src))
-			c.DecryptSectors(back, got, first, ss)
+			c.DecryptSectors(back, got, first)
 			if !bytes.Equal(back, src) {
 				t.Fatalf("%s: decrypt does not invert encrypt", spec)
 			}
@@ -201,7 +201,7 @@ func TestESSIV(t *testing.T) {
 	want := make([]byte, len(src))
 	e.EncryptSectors(want, src, 77, 512)
 	got := make([]byte, len(src))
-	mustSector(t, "aes-cbc-essiv:sha256", key).EncryptSectors(got, src, 77, 512)
+	mustSector(t, "aes-cbc-essiv:sha256", key, LUKS1).EncryptSectors(got, src, 77)
 	if !bytes.Equal(got, want) {
 		t.Fatal("registry essiv differs from package essiv")
 	}
@@ -210,13 +210,12 @@ func TestESSIV(t *testing.T) {
 func TestMisusePanics(t *testing.T) {
 	for _, spec := range []string{"aes-xts-plain64", "aes-cbc-plain64"} {
 		m, _ := Parse(spec)
-		c, _ := m.NewSector(make([]byte, m.DefaultKeyBytes))
+		c, _ := m.NewSector(make([]byte, m.DefaultKeyBytes), LUKS1)
 		buf := make([]byte, 2048)
 		for name, f := range map[string]func(){
-			"partial sector": func() { c.EncryptSectors(buf, buf[:1000], 0, 512) },
-			"short output":   func() { c.DecryptSectors(buf[:512], buf[1024:], 0, 512) },
-			"overlap":        func() { c.EncryptSectors(buf[16:1040], buf[:1024], 0, 512) },
-			"sector size":    func() { c.EncryptSectors(buf, buf, 0, 1000) },
+			"partial sector": func() { c.EncryptSectors(buf, buf[:1000], 0) },
+			"short output":   func() { c.DecryptSectors(buf[:512], buf[1024:], 0) },
+			"overlap":        func() { c.EncryptSectors(buf[16:1040], buf[:1024], 0) },
 		} {
 			func() {
 				defer func() {
@@ -232,9 +231,9 @@ func TestMisusePanics(t *testing.T) {
 
 func TestNoAllocsPerSector(t *testing.T) {
 	for _, spec := range []string{"aes-xts-plain64", "aes-cbc-plain64", "aes-cbc-essiv:sha256"} {
-		c := mustSector(t, spec, make([]byte, 32))
+		c := mustSector(t, spec, make([]byte, 32), LUKS1)
 		buf := make([]byte, 64<<10)
-		n := testing.AllocsPerRun(20, func() { c.EncryptSectors(buf, buf, 0, 512) })
+		n := testing.AllocsPerRun(20, func() { c.EncryptSectors(buf, buf, 0) })
 		if n > 2 {
 			t.Errorf("%s: %.0f allocations for 128 sectors", spec, n)
 		}
@@ -243,13 +242,10 @@ func TestNoAllocsPerSector(t *testing.T) {
 
 // TestCryptsetupStorageVectors: cryptsetup's own vectors for cbc-plain and
 // cbc-plain64 (vectors/cipher), which start 8 sectors below 2^32 so that
-// plain wraps and plain64 does not.
+// plain wraps and plain64 does not, and for essiv:sha256, which cover every
+// sector size with and without large_iv, all through the registry.
 func TestCryptsetupStorageVectors(t *testing.T) {
-	raw, err := vectors.ReadFile("cipher/cryptsetup-plain-storage.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vs []struct {
+	type vector struct {
 		IVName     string `json:"iv_name"`
 		Key        string `json:"key"`
 		IVOffset   uint64 `json:"iv_offset"`
@@ -260,26 +256,84 @@ func TestCryptsetupStorageVectors(t *testing.T) {
 			OutSHA256  string `json:"out_sha256"`
 		} `json:"out"`
 	}
-	if err := json.Unmarshal(raw, &vs); err != nil {
-		t.Fatal(err)
+	var vs []vector
+	for _, name := range []string{"cipher/cryptsetup-plain-storage.json", "essiv/cryptsetup-essiv-sha256-storage.json"} {
+		raw, err := vectors.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v []vector
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v...)
 	}
-	n := 0
+	n, large := 0, 0
 	for _, v := range vs {
 		for _, o := range v.Out {
-			c := mustSector(t, "aes-cbc-"+v.IVName, unhex(t, v.Key))
+			g := Geometry{SectorSize: o.SectorSize, LargeIV: o.LargeIV}
+			c := mustSector(t, "aes-cbc-"+v.IVName, unhex(t, v.Key), g)
 			buf := make([]byte, v.DataLength)
-			c.EncryptSectors(buf, buf, v.IVOffset, o.SectorSize)
-			if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != o.OutSHA256 {
-				t.Errorf("cbc-%s, %d-byte sectors: sha256 %x, want %s", v.IVName, o.SectorSize, got, o.OutSHA256)
+			if err := c.EncryptSectors(buf, buf, v.IVOffset); err != nil {
+				t.Fatal(err)
 			}
-			c.DecryptSectors(buf, buf, v.IVOffset, o.SectorSize)
+			if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != o.OutSHA256 {
+				t.Errorf("cbc-%s, %+v: sha256 %x, want %s", v.IVName, g, got, o.OutSHA256)
+			}
+			c.DecryptSectors(buf, buf, v.IVOffset)
 			if !bytes.Equal(buf, make([]byte, v.DataLength)) {
-				t.Errorf("cbc-%s, %d-byte sectors: decrypt does not give zeros back", v.IVName, o.SectorSize)
+				t.Errorf("cbc-%s, %+v: decrypt does not give zeros back", v.IVName, g)
 			}
 			n++
+			if o.LargeIV {
+				large++
+			}
 		}
 	}
-	if n != 8 {
-		t.Fatalf("%d vectors checked, want 8", n)
+	if n != 15 || large != 3 {
+		t.Fatalf("%d vectors checked, %d with large_iv; want 15 and 3", n, large)
+	}
+}
+
+func TestGeometry(t *testing.T) {
+	m, _ := Parse("aes-xts-plain64")
+	for _, ss := range []int{0, 256, 1000, 8192} {
+		if _, err := m.NewSector(make([]byte, 64), Geometry{SectorSize: ss}); err == nil || !strings.Contains(err.Error(), "sector size") {
+			t.Errorf("sector size %d: %v", ss, err)
+		}
+	}
+	g := Geometry{SectorSize: 2048, LargeIV: true}
+	c, err := m.NewSector(make([]byte, 64), g)
+	if err != nil || c.Geometry() != g {
+		t.Fatalf("Geometry() = %+v, %v", c.Geometry(), err)
+	}
+}
+
+// TestLargeIV checks XTS with large_iv sector by sector against
+// x/crypto/xts, where sector i of a run starting at unit u has the tweak
+// u/(ss/512) + i. (ESSIV's large_iv is in cryptsetup's storage vectors.)
+func TestLargeIV(t *testing.T) {
+	key := make([]byte, 64)
+	rand.Read(key)
+	ref, _ := xts.NewCipher(aes.NewCipher, key)
+	for _, ss := range []int{512, 1024, 4096} {
+		c := mustSector(t, "aes-xts-plain64", key, Geometry{SectorSize: ss, LargeIV: true})
+		src := make([]byte, 5*ss)
+		rand.Read(src)
+		unit := uint64(40)
+		got := make([]byte, len(src))
+		c.EncryptSectors(got, src, unit)
+		for i := range 5 {
+			want := make([]byte, ss)
+			ref.Encrypt(want, src[i*ss:(i+1)*ss], unit/uint64(ss/512)+uint64(i))
+			if !bytes.Equal(got[i*ss:(i+1)*ss], want) {
+				t.Fatalf("%d-byte sectors: sector %d differs", ss, i)
+			}
+		}
+		back := make([]byte, len(src))
+		c.DecryptSectors(back, got, unit)
+		if !bytes.Equal(back, src) {
+			t.Fatalf("%d-byte sectors: decrypt does not invert encrypt", ss)
+		}
 	}
 }

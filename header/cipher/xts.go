@@ -18,7 +18,7 @@ func init() {
 	}{{"xts-plain64", ^uint64(0)}, {"xts-plain", 1<<32 - 1}} {
 		mask := m.mask
 		register(&Mode{Name: "aes", Mode: m.mode, KeyBytes: []int{32, 48, 64}, DefaultKeyBytes: 64,
-			New: func(key []byte) (Sector, error) { return newXTS(key, mask, asm.BestXTS()) }})
+			new: func(key []byte) (kernel, error) { return newXTS(key, mask, asm.BestXTS()) }})
 	}
 }
 
@@ -40,18 +40,13 @@ func newXTS(key []byte, mask uint64, impl asm.XTSImpl) (*xtsCipher, error) {
 	return &xtsCipher{k: k, tk: tk, mask: mask, impl: impl}, nil
 }
 
+// EncryptSectors and DecryptSectors take calls that sector has checked.
 func (x *xtsCipher) EncryptSectors(dst, src []byte, first uint64, sectorSize int) {
-	check("cipher: xts", dst, src, sectorSize)
-	if len(src) > 0 {
-		x.impl.Encrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
-	}
+	x.impl.Encrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
 }
 
 func (x *xtsCipher) DecryptSectors(dst, src []byte, first uint64, sectorSize int) {
-	check("cipher: xts", dst, src, sectorSize)
-	if len(src) > 0 {
-		x.impl.Decrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
-	}
+	x.impl.Decrypt(x.k, x.tk, dst[:len(src)], src, first, x.mask, sectorSize)
 }
 
 // Clear overwrites the round keys.
