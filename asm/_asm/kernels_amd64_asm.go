@@ -522,6 +522,78 @@ const decSig = "func(nr int, xk *byte, ivnr int, ivxk *byte, dst, src *byte, fir
 // R12 sectors left in the chunk, R13 blocks left in the sector, R14 and
 // R15 scratch (R15 = IV buffer offset while decrypting). Vectors: states
 // 0..7, key 8, temps 9 and 12..15, carried ciphertext 10, last key 11.
+// chunkIVs is what sectorIVs works on.
+type chunkIVs struct {
+	states  []VecPhysical      // V vectors, overwritten
+	key     VecPhysical        // round key scratch
+	temp    func() VecPhysical // scratch for a ymm's high lane
+	nr, xk  GPPhysical         // the key schedule that encrypts the numbers
+	first   GPPhysical         // number of the chunk's first sector; advanced
+	step    GPPhysical         // number increment per sector
+	mask    GPPhysical         // ANDed into each number unless nil
+	left    GPPhysical         // sectors left; the chunk's are taken off
+	inChunk GPPhysical         // set to the sectors in this chunk
+	t1, t2  GPPhysical         // scratch; t2 ends zero
+	buf     Mem                // V*width bytes: the encrypted numbers
+	chunk   int                // sectors per chunk: V*lanes
+}
+
+// sectorIVs emits the per-sector AES of a chunk that ESSIV's IVs and
+// XTS's initial tweaks share: AES_xk(le64((first + j*step) & mask) || 0)
+// for each of the chunk's sectors j, lane by lane into buf; then first
+// moves on by a chunk, inChunk = min(left, chunk), left -= inChunk and t2
+// = 0.
+func sectorIVs(m isa, c chunkIVs) {
+	number := func(j int, r GPPhysical) {
+		if j == 0 {
+			MOVQ(c.first, r)
+		} else {
+			MOVQ(c.step, r)
+			if j != 1 {
+				IMUL3Q(Imm(uint64(j)), r, r)
+			}
+			ADDQ(c.first, r)
+		}
+		if c.mask != nil {
+			ANDQ(c.mask, r)
+		}
+	}
+	lanes := m.width() / 16
+	for v := range c.states {
+		lo := v * lanes
+		number(lo, c.t1)
+		if m == sse {
+			MOVQ(c.t1, xregs[v])
+		} else {
+			VMOVQ(c.t1, xregs[v])
+		}
+		if m == avxY {
+			number(lo+1, c.t2)
+			t := c.temp()
+			VMOVQ(c.t2, xregs[int(t.PhysicalIndex())])
+			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], c.states[v], c.states[v])
+		}
+	}
+	m.loadKey(Mem{Base: c.xk}, c.key)
+	for _, s := range c.states {
+		m.xor(c.key, s)
+	}
+	m.rounds(opEnc, c.nr, c.xk, c.key, c.states)
+	m.lastKey(c.nr, c.xk, c.t1, c.key)
+	for v, s := range c.states {
+		m.aes(opEncLast, c.key, s)
+		m.store(s, c.buf.Offset(v*m.width()))
+	}
+	MOVQ(c.step, c.t1)
+	IMUL3Q(Imm(uint64(c.chunk)), c.t1, c.t1)
+	ADDQ(c.t1, c.first)
+	MOVQ(U32(c.chunk), c.inChunk)
+	CMPQ(c.left, c.inChunk)
+	CMOVQLT(c.left, c.inChunk)
+	SUBQ(c.inChunk, c.left)
+	XORQ(c.t2, c.t2)
+}
+
 func decSectors(name string, m isa) {
 	TEXT(name, 0, decSig)
 	Pragma("noescape")
@@ -565,53 +637,11 @@ func decSectors(name string, m isa) {
 	JZ(LabelRef(done))
 
 	Comment("ESSIV IVs of the next chunk")
-	sector := func(j int, r GPPhysical) {
-		MOVQ(step, r)
-		if j != 1 {
-			IMUL3Q(Imm(uint64(j)), r, r)
-		}
-		ADDQ(first, r)
-	}
-	for v := 0; v < V; v++ {
-		lo := v
-		if m == avxY {
-			lo = 2 * v
-		}
-		if lo == 0 {
-			MOVQ(first, t1)
-		} else {
-			sector(lo, t1)
-		}
-		if m == sse {
-			MOVQ(t1, xregs[v])
-		} else {
-			VMOVQ(t1, xregs[v])
-		}
-		if m == avxY {
-			sector(lo+1, t2)
-			t := temp()
-			VMOVQ(t2, xregs[int(t.PhysicalIndex())])
-			VINSERTI128(Imm(1), xregs[int(t.PhysicalIndex())], states[v], states[v])
-		}
-	}
-	m.loadKey(Mem{Base: ivxk}, key)
-	for _, s := range states {
-		m.xor(key, s)
-	}
-	m.rounds(opEnc, ivnr, ivxk, key, states)
-	m.lastKey(ivnr, ivxk, t1, key)
-	for v, s := range states {
-		m.aes(opEncLast, key, s)
-		m.store(s, ivbuf.Offset(v*width))
-	}
-	MOVQ(step, t1)
-	IMUL3Q(Imm(uint64(chunk)), t1, t1)
-	ADDQ(t1, first)
-	MOVQ(U32(chunk), inChunk)
-	CMPQ(left, inChunk)
-	CMOVQLT(left, inChunk)
-	SUBQ(inChunk, left)
-	XORQ(t2, t2)
+	sectorIVs(m, chunkIVs{
+		states: states, key: key, temp: temp, nr: ivnr, xk: ivxk,
+		first: first, step: step, left: left, inChunk: inChunk, t1: t1, t2: t2,
+		buf: ivbuf, chunk: chunk,
+	})
 
 	sectorLoop := newLabel("dec_sector")
 	bigLoop := newLabel("dec_big")

@@ -132,51 +132,11 @@ func xtsSectors(name string, m isa, dec bool) {
 	JZ(LabelRef(done))
 
 	Comment("Initial tweaks of the next chunk of sectors")
-	sector := func(j int, r GPPhysical) {
-		MOVQ(step, r)
-		if j != 1 {
-			IMUL3Q(Imm(uint64(j)), r, r)
-		}
-		ADDQ(first, r)
-		ANDQ(mask, r)
-	}
-	for v := 0; v < V; v++ {
-		lo := v * lanes
-		if lo == 0 {
-			MOVQ(first, t1)
-			ANDQ(mask, t1)
-		} else {
-			sector(lo, t1)
-		}
-		if m == sse {
-			MOVQ(t1, xregs[v])
-		} else {
-			VMOVQ(t1, xregs[v])
-		}
-		if m == avxY {
-			sector(lo+1, t2)
-			VMOVQ(t2, xregs[int(ta.PhysicalIndex())])
-			VINSERTI128(Imm(1), xregs[int(ta.PhysicalIndex())], states[v], states[v])
-		}
-	}
-	m.loadKey(Mem{Base: txk}, key)
-	for _, s := range states {
-		m.xor(key, s)
-	}
-	m.rounds(opEnc, nr, txk, key, states)
-	m.lastKey(nr, txk, t1, key)
-	for v, s := range states {
-		m.aes(opEncLast, key, s)
-		m.store(s, ivbuf.Offset(v*width))
-	}
-	MOVQ(step, t1)
-	IMUL3Q(Imm(uint64(chunk)), t1, t1)
-	ADDQ(t1, first)
-	MOVQ(U32(chunk), inChunk)
-	CMPQ(left, inChunk)
-	CMOVQLT(left, inChunk)
-	SUBQ(inChunk, left)
-	XORQ(t2, t2)
+	sectorIVs(m, chunkIVs{
+		states: states, key: key, temp: func() VecPhysical { return ta }, nr: nr, xk: txk,
+		first: first, step: step, mask: mask, left: left, inChunk: inChunk, t1: t1, t2: t2,
+		buf: ivbuf, chunk: chunk,
+	})
 	m.lastKey(nr, xk, t1, klast)
 
 	sectorLoop := newLabel("xts_sector")
