@@ -1,5 +1,11 @@
-// Package header reads, writes and unlocks LUKS1 headers: the phdr, the eight
-// key slots, the anti-forensic (AF) splitter and the PBKDF2 key derivation.
+// Package header reads, writes and unlocks LUKS headers behind one interface,
+// [Header]: LUKS1 (the phdr, the eight key slots, the anti-forensic (AF)
+// splitter and the PBKDF2 key derivation) and LUKS2 (both binary header
+// copies, the JSON metadata, pbkdf2 and argon2 keyslots; read-only so far,
+// files luks2*.go, following cryptsetup's docs/on-disk-format-luks2.pdf and
+// lib/luks2).
+//
+// LUKS1:
 //
 // The on-disk format follows the LUKS1 On-Disk Format Specification v1.2.3
 // (cryptsetup docs/on-disk-format.pdf) and, where the specification is silent,

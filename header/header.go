@@ -118,7 +118,7 @@ func Parse(b []byte) (*LUKS1, error) {
 	h := &LUKS1{Version: be.Uint16(b[offVersion:])}
 	if h.Version != 1 {
 		if h.Version == 2 {
-			return nil, parseErrorf("version", "LUKS2 is not supported, only LUKS1")
+			return nil, parseErrorf("version", "a LUKS2 header is not a LUKS1 phdr")
 		}
 		return nil, parseErrorf("version", "unsupported LUKS version %d", h.Version)
 	}
@@ -238,11 +238,21 @@ func Read(r io.ReaderAt, base, size int64) (Header, error) {
 			return nil, fmt.Errorf("reading LUKS header: %w", err)
 		}
 	}
-	h, err := Parse(buf)
-	if err != nil {
-		return nil, err
+	var h Header
+	var end int64
+	if len(buf) >= 8 && IsLUKSMagic(buf) && binary.BigEndian.Uint16(buf[offVersion:]) == 2 {
+		l2, err := readLUKS2(r, base, size)
+		if err != nil {
+			return nil, err
+		}
+		h, end = l2, l2.Info().AreaSize
+	} else {
+		l1, err := Parse(buf)
+		if err != nil {
+			return nil, err
+		}
+		h, end = l1, l1.AreaSize()
 	}
-	end := h.AreaSize()
 	if end > size {
 		return nil, parseErrorf("key slots", "key material ends at byte %d, beyond the end of the %d-byte area", end, size)
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 // Header is a parsed LUKS header, whatever its version: what package image
-// and the CLI need of one. [*LUKS1] is the one implementation so far; the
-// version-specific fields (for a dump) are on the concrete type.
+// and the CLI need of one. [*LUKS1] and [*LUKS2] implement it; the
+// version-specific fields (for a dump) are on the concrete types. LUKS2's
+// changes return ErrLUKS2ReadOnly so far.
 //
 // Every method that changes the header returns an [*Update]: the writes and
 // syncs in the order the format commits them, and the header they leave.
@@ -53,7 +54,7 @@ type Header interface {
 	// WithUUID sets the UUID.
 	WithUUID(uuid string) (*Update, error)
 	// Rewrite writes the header as it is, to put an old header back.
-	Rewrite() *Update
+	Rewrite() (*Update, error)
 
 	// BackupSize is the size of a header backup file, as cryptsetup
 	// luksHeaderBackup makes it.
@@ -63,7 +64,7 @@ type Header interface {
 	Backup(area []byte)
 	// Restore writes a backup (cut to the room the image has) back over
 	// the header area; the receiver is the backup's header.
-	Restore(data []byte) *Update
+	Restore(data []byte) (*Update, error)
 
 	// Rekey makes the header of the same image under a new volume key and
 	// p's cipher, hash and cost, with each slot of keep holding its
@@ -76,7 +77,7 @@ type Header interface {
 // MaxSlots is the most key slots any supported LUKS version has, for
 // checking a slot number before a header is read; a header's own count is
 // [Header.NumSlots].
-const MaxSlots = NumSlots
+const MaxSlots = luks2MaxSlots
 
 // Info is what a header says about its image, in units of bytes.
 type Info struct {
@@ -90,6 +91,9 @@ type Info struct {
 	// PayloadOffset is where the encrypted data starts, in bytes from the
 	// header; 0 for a detached header.
 	PayloadOffset int64
+	// PayloadSize is the size of the encrypted data in bytes; 0 means up
+	// to the end of the device (LUKS1, and LUKS2's "dynamic").
+	PayloadSize int64
 	// AreaSize is the end of the header's last key material, in bytes from
 	// the header: what must be readable for the header to be whole.
 	AreaSize int64

@@ -40,8 +40,8 @@ func (h *LUKS1) phdrWrite() Write {
 }
 
 // Rewrite writes h's phdr as it is: used to put an old header back.
-func (h *LUKS1) Rewrite() *Update {
-	return &Update{Writes: []Write{h.phdrWrite()}, Header: h}
+func (h *LUKS1) Rewrite() (*Update, error) {
+	return &Update{Writes: []Write{h.phdrWrite()}, Header: h}, nil
 }
 
 // AddSlot puts passphrase into the disabled slot: its key material is
@@ -114,7 +114,7 @@ func (h *LUKS1) WithUUID(uuid string) (*Update, error) {
 	}
 	n := *h
 	n.UUID = u
-	return n.Rewrite(), nil
+	return n.Rewrite()
 }
 
 // backupAlign is the page size cryptsetup rounds a header backup to.
@@ -144,9 +144,9 @@ const phdrDefined = 592
 // Restore writes a backup's area back: the key slot area after the phdr
 // first, synced, then the phdr, synced (the commit point). data is the
 // backup cut to what the image has room for; h is its parsed header.
-func (h *LUKS1) Restore(data []byte) *Update {
+func (h *LUKS1) Restore(data []byte) (*Update, error) {
 	return &Update{Writes: []Write{
 		{Offset: PhdrSize, Data: data[PhdrSize:], What: "key slot area", Sync: true},
 		{Offset: 0, Data: data[:PhdrSize], What: "LUKS header", Sync: true},
-	}, Header: h}
+	}, Header: h}, nil
 }

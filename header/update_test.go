@@ -92,7 +92,7 @@ func TestUpdateOrder(t *testing.T) {
 	if !bytes.Equal(backup[phdrDefined:4096], make([]byte, 4096-phdrDefined)) || !bytes.Equal(backup[:phdrDefined], area[:phdrDefined]) {
 		t.Fatal("Backup did not zero 592..4096 alone")
 	}
-	r := orig.Restore(backup)
+	r, _ := orig.Restore(backup)
 	if len(r.Writes) != 2 || r.Writes[0].Offset != PhdrSize || r.Writes[1].Offset != 0 {
 		t.Fatalf("Restore writes: %+v", r.Writes)
 	}

@@ -117,9 +117,16 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 	if size < e.PayloadOffset {
 		return nil, fmt.Errorf("%w: file is %d bytes, payload starts at %d", ErrTruncated, size, e.PayloadOffset)
 	}
+	i := h.Info()
 	e.PayloadSize = size - e.PayloadOffset
-	if e.PayloadSize%SectorSize != 0 {
-		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of sectors", ErrTruncated, e.PayloadSize)
+	if i.PayloadSize != 0 {
+		if i.PayloadSize > e.PayloadSize {
+			return nil, fmt.Errorf("%w: file is %d bytes, payload ends at %d", ErrTruncated, size, e.PayloadOffset+i.PayloadSize)
+		}
+		e.PayloadSize = i.PayloadSize
+	}
+	if e.PayloadSize%int64(i.SectorSize) != 0 {
+		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
 	}
 	return e, nil
 }
@@ -249,7 +256,9 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
 	} else {
 		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: rawIV(0)}}
-		err = sectors.Run(ctx, w, e.f, ext, t, o.Pipeline.options(e.PayloadSize, true))
+		so := o.Pipeline.options(e.PayloadSize, true)
+		so.SectorSize = k.Cipher.Geometry().SectorSize
+		err = sectors.Run(ctx, w, e.f, ext, t, so)
 	}
 	if err != nil {
 		return err

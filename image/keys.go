@@ -237,7 +237,7 @@ func (e *Encrypted) addSlot(f rwFile, vk, passphrase []byte, slot int, kdf heade
 	}
 	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
 		// Roll back: the old header, then a wipe of the unusable slot.
-		if err := e.applyNow(f, old.Rewrite()); err != nil {
+		if err := e.apply(f)(old.Rewrite()); err != nil {
 			return fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
 		}
 		if err := e.apply(f)(old.WipeSlot(slot, rnd)); err != nil {
@@ -484,7 +484,11 @@ func (r *Restore) Apply(force bool) error {
 		return errors.New("image: header restore already applied or discarded")
 	}
 	defer r.Discard()
-	return applyUpdate(r.f, r.offset, r.Backup.Restore(r.data))
+	u, err := r.Backup.Restore(r.data)
+	if err != nil {
+		return err
+	}
+	return applyUpdate(r.f, r.offset, u)
 }
 
 // Discard clears the backup data held for Apply; call it (deferred) when a

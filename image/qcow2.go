@@ -26,6 +26,9 @@ func openQcow2(f *os.File, size int64) (*Encrypted, error) {
 	if err != nil {
 		return nil, err
 	}
+	if v := h.Info().Version; v != 1 {
+		return nil, fmt.Errorf("%w: qcow2 with a LUKS%d header (qemu writes and reads only LUKS1)", header.ErrCorrupt, v)
+	}
 	return &Encrypted{
 		Format: Qcow2, Header: h, HeaderOffset: im.CryptOffset,
 		PayloadSize: im.Size, FileSize: size, Qcow2: im,

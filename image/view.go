@@ -104,12 +104,13 @@ type rawView struct {
 	f    *os.File
 	c    cipher.Sector
 	base int64
+	ss   int64 // the cipher's sector size: the unit of read-modify-write
 }
 
 func newRawView(f *os.File, c cipher.Sector, base, size int64, readOnly bool) *rawView {
-	v := &rawView{f: f, c: c, base: base}
+	v := &rawView{f: f, c: c, base: base, ss: int64(c.Geometry().SectorSize)}
 	v.viewCore = viewCore{size: size, readOnly: readOnly, flush: f.Sync}
-	v.bufs.size = viewChunk + 2*SectorSize
+	v.bufs.size = viewChunk + 2*int(v.ss)
 	return v
 }
 
@@ -285,8 +286,8 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 	end := off + n
 	for pos := off; pos < end; {
 		// One step: the sectors from pos's sector up to viewChunk bytes.
-		s := pos &^ (SectorSize - 1)
-		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
+		s := pos &^ (v.ss - 1)
+		e := min(s+viewChunk, (end+v.ss-1)&^(v.ss-1))
 		stepEnd := min(e, end)
 		aligned := s == pos && e == stepEnd
 		buf := bb.b[:e-s]
@@ -343,7 +344,8 @@ func split(n int, fn func(lo, hi int) error) error {
 	if !splitCrypt || n < parallelMin || parts < 2 {
 		return steps(0, n, fn)
 	}
-	per := (n/SectorSize + parts - 1) / parts * SectorSize
+	// Parts start on 4096-byte boundaries, which no sector size crosses.
+	per := (n/splitAlign + parts - 1) / parts * splitAlign
 	errs := make(chan error, parts)
 	var wg sync.WaitGroup
 	for lo := per; lo < n; lo += per {
@@ -358,6 +360,9 @@ func split(n int, fn func(lo, hi int) error) error {
 	}
 	return err
 }
+
+// splitAlign is where split may cut: the largest sector size.
+const splitAlign = 4096
 
 // cacheStep is the largest range split hands to fn at once.
 const cacheStep = 128 << 10
@@ -395,20 +400,20 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 	defer func() { done(err != nil) }()
 	end := off + n
 	for pos := off; pos < end; {
-		s := pos &^ (SectorSize - 1)
-		e := min(s+viewChunk, (end+SectorSize-1)&^(SectorSize-1))
+		s := pos &^ (v.ss - 1)
+		e := min(s+viewChunk, (end+v.ss-1)&^(v.ss-1))
 		stepEnd := min(e, end)
 		buf := bb.b[:e-s]
 		// Partial first or last sector: read-modify-write. The stripe
 		// locks cover every sector of the request, so no other write can
 		// slip in between the read and the write.
 		if pos > s {
-			if err := v.readSectors(buf[:SectorSize], s); err != nil {
+			if err := v.readSectors(buf[:v.ss], s); err != nil {
 				return int(pos - off), err
 			}
 		}
-		if stepEnd < e && (e-SectorSize > s || pos == s) {
-			if err := v.readSectors(buf[len(buf)-SectorSize:], e-SectorSize); err != nil {
+		if stepEnd < e && (e-v.ss > s || pos == s) {
+			if err := v.readSectors(buf[int64(len(buf))-v.ss:], e-v.ss); err != nil {
 				return int(pos - off), err
 			}
 		}

@@ -15,6 +15,7 @@ import (
 type dumpOptions struct {
 	json          bool
 	dumpVolumeKey bool
+	dumpJSON      bool
 	key           keyOptions
 }
 
@@ -39,6 +40,7 @@ explicit confirmation, typed on a terminal or given with --batch-mode.
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&o.dumpVolumeKey, "dump-volume-key", false, "print the volume key (needs a key and confirmation)")
 	cmd.Flags().BoolVar(&o.dumpVolumeKey, "dump-master-key", false, "alias of --dump-volume-key")
+	cmd.Flags().BoolVar(&o.dumpJSON, "dump-json-metadata", false, "print a LUKS2 header's JSON metadata")
 	o.key.addFlags(cmd.Flags())
 	return cmd
 }
@@ -96,6 +98,12 @@ func runDump(g *globalOptions, o dumpOptions, path string) error {
 	}
 	if o.key.keyFile != "" {
 		return usagef("--key-file is only used with --dump-volume-key")
+	}
+	if l2, ok := e.Header.(*header.LUKS2); ok {
+		return dumpLUKS2(g, o, path, e, l2)
+	}
+	if o.dumpJSON {
+		return usagef("--dump-json-metadata needs a LUKS2 header; %s is LUKS1", path)
 	}
 	h, ok := e.Header.(*header.LUKS1)
 	if !ok {

@@ -37,7 +37,8 @@ func exitCode(err error) int {
 		return exitNoKey
 	case errors.Is(err, image.ErrBusy),
 		errors.Is(err, image.ErrJournalMissing),
-		errors.Is(err, header.ErrMarked):
+		errors.Is(err, header.ErrMarked),
+		errors.Is(err, header.ErrLUKS2Reencrypt):
 		return exitBusy
 	case errors.Is(err, image.ErrJournalCorrupt):
 		return exitBadImage

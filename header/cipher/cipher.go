@@ -31,6 +31,9 @@ type Geometry struct {
 	// for LUKS (only for BitLocker), so a LUKS2 4096-byte sector's IV
 	// steps by 8.
 	LargeIV bool
+	// IVOffset is added to every unit before it becomes an IV: dm-crypt's
+	// iv_offset, LUKS2's iv_tweak.
+	IVOffset uint64
 }
 
 // LUKS1 is the geometry of LUKS1 and of qcow2's LUKS: 512-byte sectors.
@@ -217,6 +220,7 @@ func (s *sector) run(dst, src []byte, unit uint64, f func(dst, src []byte, iv ui
 	if len(src) == 0 {
 		return
 	}
+	unit += s.g.IVOffset
 	if !s.g.LargeIV || s.step == 1 {
 		f(dst, src, unit, ss)
 		return

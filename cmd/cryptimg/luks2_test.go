@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cryptimg/cryptimg/image"
+)
+
+// luks2Image makes a LUKS2 image with cryptsetup the only way it can fill
+// one on a plain file: reencrypt --encrypt of a plaintext file, which moves
+// the data behind a 16 MiB header (userspace crypto, no device-mapper). It
+// returns the image and the plaintext that its payload starts with.
+func luks2Image(t *testing.T, dir, key string, opts ...string) (img string, plain []byte) {
+	t.Helper()
+	cs := requireTool(t, "cryptsetup")
+	requireRoot(t) // cryptsetup reencrypt --encrypt runs as root only
+	const size, reduce = 36 << 20, 32 << 20
+	src := randomFile(t, dir, "plain.raw", size)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"reencrypt", "--encrypt", "--type", "luks2", "--reduce-device-size", "32M",
+		"--batch-mode", "--disable-locks", "--key-file", key}, opts...)
+	sh(t, cs, append(args, src)...)
+	return src, b[:size-reduce]
+}
+
+// TestLUKS2FromCryptsetup: LUKS2 images cryptsetup 2.6.1 makes with each
+// KDF, several ciphers and every sector size decrypt byte-exact; dump
+// prints what cryptsetup luksDump prints, and the same JSON metadata; a
+// wrong passphrase exits 2; header changes are refused without a write.
+func TestLUKS2FromCryptsetup(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	for _, c := range []struct {
+		name string
+		opts []string
+	}{
+		{"xts-argon2id-512", []string{"--pbkdf", "argon2id", "--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4"}},
+		{"xts-argon2i-4096", []string{"--sector-size", "4096", "--pbkdf", "argon2i", "--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4", "--pbkdf-parallel", "1"}},
+		{"essiv-pbkdf2-4096", []string{"--sector-size", "4096", "--cipher", "aes-cbc-essiv:sha256", "--key-size", "256",
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}},
+		{"cbc-plain64-sha512-2048", []string{"--sector-size", "2048", "--cipher", "aes-cbc-plain64", "--key-size", "128",
+			"--pbkdf", "pbkdf2", "--hash", "sha512", "--pbkdf-force-iterations", "1000"}},
+		{"xts-256-1024", []string{"--sector-size", "1024", "--key-size", "256", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+			img, plain := luks2Image(t, dir, key, c.opts...)
+			before := fileSHA(t, img)
+
+			if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
+				t.Errorf("dump differs from cryptsetup luksDump:\n%s\nwant:\n%s", got, want)
+			}
+			var ours, theirs any
+			json.Unmarshal([]byte(mustRun(t, "dump", "--dump-json-metadata", img).stdout), &ours)
+			json.Unmarshal([]byte(sh(t, cs, "luksDump", "--dump-json-metadata", img)), &theirs)
+			if ours == nil || !reflect.DeepEqual(ours, theirs) {
+				t.Error("dump --dump-json-metadata differs from cryptsetup's")
+			}
+			var d luks2JSON
+			if err := json.Unmarshal([]byte(mustRun(t, "dump", "--json", img).stdout), &d); err != nil || d.Version != 2 || len(d.Keyslots) != 1 {
+				t.Errorf("dump --json: %+v, %v", d, err)
+			}
+
+			out := filepath.Join(dir, "out.raw")
+			mustRun(t, "decrypt", "-d", key, img, out)
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:len(plain)], plain) {
+				t.Fatal("decrypted payload differs from the plaintext")
+			}
+			mustRun(t, "test-key", "-d", key, img)
+			mustRun(t, "is-luks", img)
+			if got, want := strings.TrimSpace(mustRun(t, "uuid", img).stdout), strings.TrimSpace(sh(t, cs, "luksUUID", img)); got != want {
+				t.Errorf("uuid %q, cryptsetup %q", got, want)
+			}
+			bOurs, bTheirs := filepath.Join(dir, "ours.hdr"), filepath.Join(dir, "theirs.hdr")
+			mustRun(t, "header-backup", img, bOurs)
+			sh(t, cs, "luksHeaderBackup", img, "--header-backup-file", bTheirs)
+			sameContent(t, bOurs, bTheirs)
+
+			bad := writeFile(t, filepath.Join(dir, "bad"), "wrong")
+			if r := cryptimg(t, "", "decrypt", "-d", bad, img, filepath.Join(dir, "bad.raw")); r.code != exitNoKey {
+				t.Errorf("wrong key: exit %d, want %d (%s)", r.code, exitNoKey, r.stderr)
+			}
+			if r := cryptimg(t, "", "add-key", "-d", key, "--new-key-file", key, img); r.code != exitFailure || !strings.Contains(r.stderr, "LUKS2") {
+				t.Errorf("add-key on LUKS2: exit %d, %s", r.code, r.stderr)
+			}
+			if fileSHA(t, img) != before {
+				t.Error("the image changed")
+			}
+		})
+	}
+}
+
+// TestLUKS2DamagedCopy: with the primary header copy's checksum broken,
+// cryptimg reads the secondary, warns, and (unlike cryptsetup, which
+// rewrites the bad copy even on luksDump) leaves the file unchanged; with
+// both copies broken the image is refused with exit 4.
+func TestLUKS2DamagedCopy(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img, plain := luks2Image(t, dir, key, "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
+	flip := func(off int64) {
+		f, err := os.OpenFile(img, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		f.ReadAt(b, off)
+		b[0] ^= 0x20
+		f.WriteAt(b, off)
+	}
+	flip(4096 + 10) // inside the primary's JSON
+	before := fileSHA(t, img)
+	r := mustRun(t, "dump", img)
+	if !strings.Contains(r.stderr, "primary LUKS2 header copy is damaged") {
+		t.Errorf("no warning: %q", r.stderr)
+	}
+	out := filepath.Join(dir, "out.raw")
+	mustRun(t, "decrypt", "-d", key, img, out)
+	if got, _ := os.ReadFile(out); !bytes.Equal(got[:len(plain)], plain) {
+		t.Error("decrypted payload differs from the plaintext")
+	}
+	if fileSHA(t, img) != before {
+		t.Error("a read-only command wrote to the image")
+	}
+	flip(16384 + 4096 + 10) // the secondary's JSON too
+	if r := cryptimg(t, "", "dump", img); r.code != exitBadImage {
+		t.Errorf("both copies damaged: exit %d, want %d (%s)", r.code, exitBadImage, r.stderr)
+	}
+}
+
+// TestLUKS2UnfinishedReencrypt: an image whose cryptsetup reencryption was
+// only initialised dumps like cryptsetup, but decrypting it is refused with
+// exit 5 and a message naming the requirement.
+func TestLUKS2UnfinishedReencrypt(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img, _ := luks2Image(t, dir, key, "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
+	sh(t, cs, "reencrypt", "--init-only", "--batch-mode", "--disable-locks", "--force-offline-reencrypt",
+		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", key, img)
+	if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
+		t.Errorf("dump differs from cryptsetup luksDump:\n%s\nwant:\n%s", got, want)
+	}
+	r := cryptimg(t, "", "decrypt", "-d", key, img, filepath.Join(dir, "out.raw"))
+	if r.code != exitBusy || !strings.Contains(r.stderr, "online-reencrypt") {
+		t.Errorf("decrypt: exit %d, want %d: %s", r.code, exitBusy, r.stderr)
+	}
+}
+
+// TestLUKS2View: the plaintext view behind open, ls and cat reads a
+// 4096-byte-sector LUKS2 image at unaligned offsets, and an unaligned write
+// through it lands where decrypt then finds it, around read-modify-written
+// 4096-byte sectors.
+func TestLUKS2View(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img, plain := luks2Image(t, dir, key, "--sector-size", "4096", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := image.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte(testPassphrase), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	v, err := e.View(f, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int{{0, 4096}, {1, 100}, {4095, 2}, {5000, 300000}, {len(plain) - 777, 777}} {
+		got := make([]byte, r[1])
+		if _, err := v.ReadAt(got, int64(r[0])); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, plain[r[0]:r[0]+r[1]]) {
+			t.Fatalf("read of %d bytes at %d differs", r[1], r[0])
+		}
+	}
+	w := bytes.Repeat([]byte("cryptimg"), 1250) // 10000 bytes, across three sectors
+	if _, err := v.WriteAt(w, 3*4096+100); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(plain[3*4096+100:], w)
+	out := filepath.Join(dir, "out.raw")
+	mustRun(t, "decrypt", "-d", key, img, out)
+	if got, _ := os.ReadFile(out); !bytes.Equal(got[:len(plain)], plain) {
+		t.Fatal("decrypt after the write differs")
+	}
+}
