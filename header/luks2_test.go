@@ -13,7 +13,7 @@ import (
 // luks2File builds the two metadata copies of a LUKS2 header (16 KiB each,
 // checksummed with sha256) around metadata, followed by a zero keyslots
 // area and payload, as a test fixture: it parses, but no keyslot opens.
-func luks2File(t *testing.T, metadata string, seqids ...uint64) []byte {
+func luks2File(t testing.TB, metadata string, seqids ...uint64) []byte {
 	t.Helper()
 	const hdr = 0x4000
 	file := make([]byte, 2*hdr+0x40000+4096)
@@ -126,6 +126,30 @@ func TestLUKS2Validation(t *testing.T) {
 	if _, _, err := h.Unlock(bytes.NewReader(nil), 0, []byte("x"), -1); !errors.Is(err, ErrLUKS2Reencrypt) {
 		t.Errorf("unlock in mid-reencryption: %v", err)
 	}
+}
+
+// FuzzLUKS2 feeds hostile JSON metadata, correctly checksummed, to Read:
+// it must never panic, and what it accepts must answer every query.
+func FuzzLUKS2(f *testing.F) {
+	f.Add(minimalLUKS2)
+	f.Add(strings.Replace(minimalLUKS2, `"size":"dynamic"`, `"size":"1048576"`, 1))
+	f.Add(strings.Replace(minimalLUKS2, `"type":"pbkdf2","hash":"sha256","iterations":1000,"salt"`, `"type":"argon2id","time":4,"memory":32,"cpus":1,"salt"`, 1))
+	f.Fuzz(func(t *testing.T, js string) {
+		if len(js) >= 12288 || strings.IndexByte(js, 0) >= 0 {
+			return
+		}
+		h, err := Read(bytes.NewReader(luks2File(t, js)), 0, 2*0x4000+0x40000+4096)
+		if err != nil {
+			return
+		}
+		_ = h.Info()
+		for s := -1; s <= 32; s++ {
+			h.SlotActive(s)
+		}
+		h.ActiveSlots()
+		h.FirstFreeSlot()
+		h.BackupSize()
+	})
 }
 
 // TestLUKS2Copies: a damaged copy is read around with a warning, the newer
