@@ -58,6 +58,23 @@ type Params struct {
 	// Rand is the source of the volume key, salts, UUID and AF stripes;
 	// nil means crypto/rand.
 	Rand io.Reader
+
+	// Version is the LUKS version to format: 1 (the default) or 2.
+	Version int
+	// The rest applies to LUKS2 only (see luks2_format.go).
+	//
+	// PBKDF is the keyslot KDF: "argon2id" (the default), "argon2i" or
+	// "pbkdf2". PBKDFMemory (KiB) and PBKDFParallel are argon2's memory
+	// and threads: by default 1 GiB, at most half of the RAM, and up to 4
+	// threads, at most the CPUs. ForceIterations is argon2's time cost.
+	PBKDF         string
+	PBKDFMemory   uint32
+	PBKDFParallel uint32
+	// SectorSize is the encryption sector size, 512 to 4096; 0 means 4096,
+	// cryptsetup's choice for a file.
+	SectorSize int
+	// Label and Subsystem go into the binary header (at most 47 bytes).
+	Label, Subsystem string
 }
 
 func randReader(r io.Reader) io.Reader {
@@ -101,7 +118,8 @@ func (p Params) withDefaults() (Params, error) {
 	if p.IterTime < 0 {
 		return p, fmt.Errorf("negative iteration time %v", p.IterTime)
 	}
-	if p.ForceIterations != 0 && p.ForceIterations < MinIterations {
+	argon := p.Version == 2 && p.PBKDF != "pbkdf2" // argon2's time cost is checked with its other costs
+	if p.ForceIterations != 0 && p.ForceIterations < MinIterations && !argon {
 		return p, fmt.Errorf("forced iterations %d below the minimum %d", p.ForceIterations, MinIterations)
 	}
 	if p.UUID != "" {
@@ -158,7 +176,16 @@ func randomUUID(rnd io.Reader) (string, error) {
 // areas (as cryptsetup's wipe leaves them) and zeros up to the payload. The
 // caller owns volumeKey and should clear it after use.
 func Format(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byte, err error) {
-	return formatLUKS1(passphrase, p)
+	switch p.Version {
+	case 0, 1:
+		if p.PBKDF != "" && p.PBKDF != "pbkdf2" || p.SectorSize != 0 && p.SectorSize != SectorSize || p.Label != "" || p.Subsystem != "" {
+			return nil, nil, nil, fmt.Errorf("LUKS1 has only pbkdf2, 512-byte sectors and no label or subsystem")
+		}
+		return formatLUKS1(passphrase, p)
+	case 2:
+		return formatLUKS2(passphrase, p)
+	}
+	return nil, nil, nil, fmt.Errorf("unsupported LUKS version %d", p.Version)
 }
 
 func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area []byte, err error) {

@@ -35,6 +35,9 @@ func (u *u64s) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MarshalJSON writes the decimal string.
+func (u u64s) MarshalJSON() ([]byte, error) { return json.Marshal(strconv.FormatUint(uint64(u), 10)) }
+
 // Keyslot is a LUKS2 keyslot object.
 type Keyslot struct {
 	Type      string `json:"type"`
@@ -51,19 +54,19 @@ type Keyslot struct {
 		Type       string `json:"type"`
 		Offset     u64s   `json:"offset"`
 		Size       u64s   `json:"size"`
-		Encryption string `json:"encryption"`
-		KeySize    int    `json:"key_size"`
+		Encryption string `json:"encryption,omitempty"`
+		KeySize    int    `json:"key_size,omitempty"`
 		Hash       string `json:"hash,omitempty"`        // checksum resilience
 		SectorSize int    `json:"sector_size,omitempty"` // checksum resilience
 		ShiftSize  u64s   `json:"shift_size,omitempty"`  // datashift resilience
 	} `json:"area"`
 	KDF struct {
 		Type       string `json:"type"`
-		Hash       string `json:"hash"`
-		Iterations uint32 `json:"iterations"`
-		Time       uint32 `json:"time"`
-		Memory     uint32 `json:"memory"`
-		CPUs       uint32 `json:"cpus"`
+		Hash       string `json:"hash,omitempty"`
+		Iterations uint32 `json:"iterations,omitempty"`
+		Time       uint32 `json:"time,omitempty"`
+		Memory     uint32 `json:"memory,omitempty"`
+		CPUs       uint32 `json:"cpus,omitempty"`
 		Salt       []byte `json:"salt"`
 	} `json:"kdf"`
 }
@@ -94,9 +97,9 @@ type Digest struct {
 
 // Token is a LUKS2 token: its type and keyslots, and the whole object.
 type Token struct {
-	Type     string   `json:"type"`
-	Keyslots []string `json:"keyslots"`
-	Raw      json.RawMessage
+	Type     string          `json:"type"`
+	Keyslots []string        `json:"keyslots"`
+	Raw      json.RawMessage `json:"-"`
 }
 
 // Config is the LUKS2 config object.

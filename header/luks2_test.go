@@ -179,3 +179,50 @@ func TestLUKS2Copies(t *testing.T) {
 		t.Fatalf("truncated: %v", err)
 	}
 }
+
+// TestLUKS2Format: a LUKS2 header made here reads back, unlocks with its
+// passphrase (pbkdf2, argon2i, argon2id) and not with another, and has
+// cryptsetup's layout: 16 KiB metadata, keyslot 0 at 32 KiB with a
+// 4096-byte-rounded area, the data at 16 MiB.
+func TestLUKS2Format(t *testing.T) {
+	for _, kdf := range []string{"pbkdf2", "argon2i", "argon2id"} {
+		force := uint32(1000)
+		if kdf != "pbkdf2" {
+			force = 4
+		}
+		hh, vk, area, err := Format([]byte("pw"), Params{Version: 2, Cipher: "aes-xts-plain64", PBKDF: kdf, PBKDFMemory: 64,
+			PBKDFParallel: 1, ForceIterations: force, SectorSize: 4096, Label: "data", Subsystem: "test", Rand: testRand("l2 " + kdf)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := hh.(*LUKS2)
+		i := h.Info()
+		if i.Version != 2 || i.KeyBytes != 64 || i.SectorSize != 4096 || i.PayloadOffset != 16<<20 || len(area) != 16<<20 ||
+			h.Label() != "data" || h.Subsystem() != "test" || h.MetadataSize() != 16384 {
+			t.Fatalf("%s: %+v", kdf, i)
+		}
+		k := h.Keyslots[0]
+		if k.KDF.Type != kdf || k.Area.Offset != 32768 || k.Area.Size != 258048 || h.Config.KeyslotsSize != 16744448 {
+			t.Fatalf("%s: keyslot %+v", kdf, k)
+		}
+		got, slot, err := h.Unlock(bytes.NewReader(area), 0, []byte("pw"), -1)
+		if err != nil || slot != 0 || !bytes.Equal(got, vk) {
+			t.Fatalf("%s: unlock: slot %d, %v", kdf, slot, err)
+		}
+		if _, _, err := h.Unlock(bytes.NewReader(area), 0, []byte("px"), -1); !errors.Is(err, ErrNoMatchingKeyslot) {
+			t.Fatalf("%s: wrong passphrase: %v", kdf, err)
+		}
+		if !h.VerifyVolumeKey(vk) {
+			t.Fatal("digest does not verify the volume key")
+		}
+	}
+	if _, _, _, err := Format([]byte("pw"), Params{Version: 2, PBKDF: "argon2id", ForceIterations: 3, PBKDFMemory: 64}); err == nil {
+		t.Error("argon2 time cost 3 accepted")
+	}
+	if _, _, _, err := Format([]byte("pw"), Params{Version: 2, SectorSize: 1000, ForceIterations: 1000, PBKDF: "pbkdf2"}); err == nil {
+		t.Error("sector size 1000 accepted")
+	}
+	if _, _, _, err := Format([]byte("pw"), Params{PBKDF: "argon2id"}); err == nil {
+		t.Error("LUKS1 with argon2id accepted")
+	}
+}

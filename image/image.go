@@ -46,6 +46,15 @@ var (
 	ErrTruncated = errors.New("encrypted payload is truncated")
 	// ErrSameFile reports an output that is the input itself.
 	ErrSameFile = errors.New("input and output are the same file")
+	// ErrUnaligned reports plaintext that is not a whole number of the
+	// header's sectors (LUKS2 sectors may be up to 4096 bytes).
+	ErrUnaligned = errors.New("image size is not a multiple of the sector size")
+	// ErrLUKS2Qcow2 refuses a LUKS2 header inside qcow2: qemu reads and
+	// writes LUKS1 only there.
+	ErrLUKS2Qcow2 = errors.New("qcow2 images carry LUKS1 only (qemu has no LUKS2 support)")
+	// ErrLUKS2NotYet refuses LUKS2 in the operations that do not make it
+	// yet (in-place encryption, --partition, reencrypt).
+	ErrLUKS2NotYet = errors.New("this operation does not make LUKS2 images yet")
 )
 
 // Pipeline carries the tuning and progress hooks shared by every operation
@@ -312,6 +321,19 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		// qemu does not round the payload offset of an embedded header.
 		o.Header.AlignSectors = 8
 	}
+	if o.Header.Version == 2 {
+		if o.Format == Qcow2 {
+			return nil, ErrLUKS2Qcow2
+		}
+		if o.Header.SectorSize == 0 {
+			// cryptsetup picks 4096 for a file; a payload that is not
+			// whole 4096-byte sectors keeps 512.
+			o.Header.SectorSize = 4096
+			if src.Size%4096 != 0 {
+				o.Header.SectorSize = SectorSize
+			}
+		}
+	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {
 		return nil, err
@@ -343,11 +365,17 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 		return fmt.Errorf("failed to write header: %w", err)
 	}
 	payload := f.Header.Info().PayloadOffset
+	ss := c.Geometry().SectorSize
+	if src.Size%int64(ss) != 0 {
+		return fmt.Errorf("%w: the input of %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, src.Size, ss)
+	}
 	if err := dst.Truncate(payload + src.Size); err != nil {
 		return fmt.Errorf("failed to size output: %w", err)
 	}
 	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: rawIV(0)}}
-	return sectors.Run(ctx, dst, src.guest, ext, t, o.Pipeline.options(src.Size, false))
+	so := o.Pipeline.options(src.Size, false)
+	so.SectorSize = ss
+	return sectors.Run(ctx, dst, src.guest, ext, t, so)
 }
 
 // SameFile reports whether two paths name the same existing file.

@@ -337,6 +337,9 @@ func startEncrypt(img File, js JournalStore, o EncryptInPlaceOptions) (*journal,
 	if p.Rand == nil {
 		p.Rand = o.Rand
 	}
+	if p.Version == 2 {
+		return nil, ErrLUKS2NotYet
+	}
 	h, vk, area, err := header.Format(o.Passphrase, p)
 	if err != nil {
 		return nil, err

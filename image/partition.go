@@ -192,6 +192,9 @@ type PartitionResult struct {
 // disk image src in which partition o.Partition holds a LUKS1 container of
 // its former contents (see the layout note above).
 func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions) (*PartitionResult, error) {
+	if o.Header.Version == 2 {
+		return nil, ErrLUKS2NotYet
+	}
 	d, err := readGPT(src, o.Partition)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 type encryptOptions struct {
@@ -30,6 +31,57 @@ type encryptOptions struct {
 	inPlace         bool
 	resume          bool
 	hotzone         int64
+	luks2Options
+}
+
+// luks2Options are the flags of a LUKS2 header, as cryptsetup names them.
+type luks2Options struct {
+	luksType      string
+	pbkdf         string
+	pbkdfMemory   uint32
+	pbkdfParallel uint32
+	sectorSize    int
+	label         string
+	subsystem     string
+	cipherSet     bool // --cipher given: LUKS2 otherwise defaults to aes-xts-plain64
+}
+
+func (l *luks2Options) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&l.luksType, "type", "luks1", "LUKS version of the header: luks1 (read by qemu too) or luks2 (cryptsetup's default)")
+	f.StringVar(&l.pbkdf, "pbkdf", "", "LUKS2 keyslot KDF: argon2id (default), argon2i or pbkdf2 (LUKS1: pbkdf2 only)")
+	f.Uint32Var(&l.pbkdfMemory, "pbkdf-memory", 0, "argon2 memory in KiB (default 1 GiB, at most half of the RAM)")
+	f.Uint32Var(&l.pbkdfParallel, "pbkdf-parallel", 0, "argon2 threads (default up to 4, at most the CPUs)")
+	f.IntVar(&l.sectorSize, "sector-size", 0, "LUKS2 encryption sector size: 512, 1024, 2048 or 4096 (default 4096 when the image is whole 4096-byte sectors)")
+	f.StringVar(&l.label, "label", "", "LUKS2 label")
+	f.StringVar(&l.subsystem, "subsystem", "", "LUKS2 subsystem")
+}
+
+// apply checks the flags against the version and sets them in p.
+func (l luks2Options) apply(p *header.Params) error {
+	switch l.luksType {
+	case "luks1":
+		if l.pbkdf != "" && l.pbkdf != "pbkdf2" || l.pbkdfMemory != 0 || l.pbkdfParallel != 0 || l.sectorSize != 0 && l.sectorSize != 512 || l.label != "" || l.subsystem != "" {
+			return usagef("--pbkdf argon2, --pbkdf-memory, --pbkdf-parallel, --sector-size, --label and --subsystem need --type luks2")
+		}
+		return nil
+	case "luks2":
+	default:
+		return usagef("unknown --type %q: use luks1 or luks2", l.luksType)
+	}
+	p.Version, p.PBKDF, p.PBKDFMemory, p.PBKDFParallel = 2, l.pbkdf, l.pbkdfMemory, l.pbkdfParallel
+	p.SectorSize, p.Label, p.Subsystem = l.sectorSize, l.label, l.subsystem
+	if !l.cipherSet {
+		p.Cipher = "aes-xts-plain64"
+	}
+	switch l.pbkdf {
+	case "", "argon2id", "argon2i", "pbkdf2":
+	default:
+		return usagef("unknown --pbkdf %q: use argon2id, argon2i or pbkdf2", l.pbkdf)
+	}
+	if l.sectorSize != 0 && (l.sectorSize < 512 || l.sectorSize > 4096 || l.sectorSize&(l.sectorSize-1) != 0) {
+		return usagef("--sector-size must be 512, 1024, 2048 or 4096")
+	}
+	return nil
 }
 
 func newEncryptCommand(g *globalOptions) *cobra.Command {
@@ -57,6 +109,7 @@ and renamed only when complete.
   cryptimg encrypt -d key.bin --output-format qcow2 disk.raw vm-encrypted.qcow2`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.cipherSet = cmd.Flags().Changed("cipher")
 			if o.inPlace || o.resume {
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")
@@ -71,6 +124,7 @@ and renamed only when complete.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.luks2Options.addFlags(f)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
 	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
@@ -128,7 +182,12 @@ func cipherChoice(spec string, bits int) (keyBytes int, err error) {
 }
 
 func (o encryptOptions) params() (header.Params, error) {
-	keyBytes, err := cipherChoice(o.cipher, o.keySize)
+	var p header.Params
+	p.Cipher = o.cipher
+	if err := o.luks2Options.apply(&p); err != nil {
+		return p, err
+	}
+	keyBytes, err := cipherChoice(p.Cipher, o.keySize)
 	if err != nil {
 		return header.Params{}, err
 	}
@@ -138,18 +197,20 @@ func (o encryptOptions) params() (header.Params, error) {
 	if o.iterTime <= 0 {
 		return header.Params{}, usagef("--iter-time must be positive")
 	}
-	if o.forceIterations != 0 && o.forceIterations < header.MinIterations {
+	argon := p.Version == 2 && p.PBKDF != "pbkdf2"
+	if o.forceIterations != 0 && o.forceIterations < header.MinIterations && !argon {
 		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d", header.MinIterations)
 	}
-	return header.Params{
-		Cipher:          o.cipher,
-		Hash:            o.hash,
-		KeyBytes:        keyBytes,
-		IterTime:        time.Duration(o.iterTime) * time.Millisecond,
-		ForceIterations: o.forceIterations,
-		UUID:            o.uuid,
-		AlignSectors:    o.alignPayload,
-	}, nil
+	if argon && o.forceIterations != 0 && o.forceIterations < 4 {
+		return header.Params{}, usagef("--pbkdf-force-iterations must be at least 4 for argon2")
+	}
+	if p.Version == 2 && o.alignPayload != 0 {
+		return header.Params{}, usagef("--align-payload is for LUKS1; a LUKS2 payload starts at 16 MiB")
+	}
+	p.Hash, p.KeyBytes = o.hash, keyBytes
+	p.IterTime = time.Duration(o.iterTime) * time.Millisecond
+	p.ForceIterations, p.UUID, p.AlignSectors = o.forceIterations, o.uuid, o.alignPayload
+	return p, nil
 }
 
 func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out string) error {

@@ -213,10 +213,11 @@ func TestLUKS2View(t *testing.T) {
 	}
 }
 
-// TestKernelLUKS2: the kernel's cryptsetup formats LUKS2 images on virtio
-// disks (its default cipher, argon2id and pbkdf2, 512- to 4096-byte
-// sectors) and dm-crypt writes plaintext into them; cryptimg decrypts the
-// same bytes, and its dump equals the host cryptsetup's luksDump.
+// TestKernelLUKS2: dm-crypt reads the LUKS2 images encrypt --type luks2
+// makes; and the kernel's cryptsetup formats LUKS2 images on virtio disks
+// (its default cipher, argon2id and pbkdf2, 512- to 4096-byte sectors) and
+// dm-crypt writes plaintext into them, which cryptimg decrypts to the same
+// bytes, its dump equal to the host cryptsetup's luksDump.
 func TestKernelLUKS2(t *testing.T) {
 	o := newOracle(t)
 	cs := requireTool(t, "cryptsetup")
@@ -231,6 +232,17 @@ func TestKernelLUKS2(t *testing.T) {
 		{"argon2id-512", "--sector-size 512 --pbkdf argon2id --pbkdf-memory 32768 --pbkdf-force-iterations 4"},
 		{"essiv-2048", "--sector-size 2048 --cipher aes-cbc-essiv:sha256 --key-size 256 --pbkdf pbkdf2 --pbkdf-force-iterations 1000"},
 		{"cbc-plain64-1024", "--sector-size 1024 --cipher aes-cbc-plain64 --key-size 128 --pbkdf pbkdf2 --pbkdf-force-iterations 1000"},
+	}
+	// cryptimg's own LUKS2 images, for dm-crypt to read.
+	ours := map[string][]string{
+		"ours-xts-4096-argon2id": {"--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4"},
+		"ours-essiv-512":         {"--cipher", "aes-cbc-essiv:sha256", "--sector-size", "512", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"},
+		"ours-xts-256-2048":      {"--key-size", "256", "--sector-size", "2048", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"},
+	}
+	for name, opts := range ours {
+		img := filepath.Join(dir, name+".luks2")
+		mustRun(t, append(append([]string{"encrypt", "-d", key, "--type", "luks2"}, opts...), src, img)...)
+		o.reads(name, img, key, fileSHA(t, src))
 	}
 	imgs := map[string]string{}
 	for _, c := range cases {
@@ -255,5 +267,78 @@ func TestKernelLUKS2(t *testing.T) {
 		out := img + ".out"
 		mustRun(t, "decrypt", "-d", key, img, out)
 		sameContent(t, src, out)
+	}
+}
+
+// luks2Shape is a LUKS2 image's metadata with what is random or measured
+// (salts, digests, digest iterations) masked.
+func luks2Shape(t *testing.T, cs, img string) string {
+	t.Helper()
+	var d map[string]any
+	if err := json.Unmarshal([]byte(sh(t, cs, "luksDump", "--dump-json-metadata", img)), &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range d["keyslots"].(map[string]any) {
+		k.(map[string]any)["kdf"].(map[string]any)["salt"] = "salt"
+	}
+	for _, g := range d["digests"].(map[string]any) {
+		g := g.(map[string]any)
+		g["salt"], g["digest"], g["iterations"] = "salt", "digest", "iterations"
+	}
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// TestLUKS2Encrypt: encrypt --type luks2 makes the metadata cryptsetup
+// luksFormat --type luks2 makes with the same choices (layout, segment,
+// keyslot, KDF, digest), cryptsetup opens its key slot, and decrypt gives
+// the plaintext back.
+func TestLUKS2Encrypt(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	for _, c := range []struct {
+		name string
+		opts []string
+	}{
+		{"defaults", []string{"--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4"}},
+		{"essiv-512-pbkdf2-sha512", []string{"--cipher", "aes-cbc-essiv:sha256", "--key-size", "256", "--sector-size", "512",
+			"--pbkdf", "pbkdf2", "--hash", "sha512", "--pbkdf-force-iterations", "1000"}},
+		{"cbc-plain64-2048-argon2i", []string{"--cipher", "aes-cbc-plain64", "--key-size", "128", "--sector-size", "2048",
+			"--pbkdf", "argon2i", "--pbkdf-memory", "32768", "--pbkdf-parallel", "1", "--pbkdf-force-iterations", "5", "--label", "root", "--subsystem", "ci"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+			plain := randomFile(t, dir, "plain.raw", 4<<20)
+			ours := filepath.Join(dir, "ours.luks2")
+			mustRun(t, append(append([]string{"encrypt", "-d", key, "--type", "luks2"}, c.opts...), plain, ours)...)
+			theirs := filepath.Join(dir, "theirs.luks2")
+			writeFile(t, theirs, "")
+			os.Truncate(theirs, 20<<20)
+			sh(t, cs, append(append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file", key}, c.opts...), theirs)...)
+			if a, b := luks2Shape(t, cs, ours), luks2Shape(t, cs, theirs); a != b {
+				t.Errorf("metadata differs from cryptsetup's:\n%s\nwant\n%s", a, b)
+			}
+			sh(t, cs, "open", "--test-passphrase", "--key-file", key, ours)
+			out := filepath.Join(dir, "out.raw")
+			mustRun(t, "decrypt", "-d", key, ours, out)
+			sameContent(t, plain, out)
+		})
+	}
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	for _, bad := range [][]string{
+		{"--type", "luks3"}, {"--pbkdf", "argon2id"}, {"--type", "luks2", "--sector-size", "1000"},
+		{"--type", "luks2", "--pbkdf", "scrypt"}, {"--type", "luks2", "--align-payload", "8"},
+		{"--type", "luks2", "-O", "qcow2"}, {"--type", "luks2", "--pbkdf-force-iterations", "3"},
+	} {
+		args := append(append([]string{"encrypt", "-d", key}, bad...), plain, filepath.Join(dir, "x.luks"))
+		if r := cryptimg(t, "", args...); r.code == 0 {
+			t.Errorf("encrypt %v succeeded", bad)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "x.luks")); err == nil {
+			t.Fatalf("encrypt %v left an output", bad)
+		}
 	}
 }

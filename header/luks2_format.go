@@ -1,0 +1,326 @@
+package header
+
+// Making LUKS2 headers as cryptsetup 2.6.1's luksFormat --type luks2 makes
+// them on a file (lib/luks2/luks2_json_format.c LUKS2_generate_hdr,
+// LUKS2_hdr_get_storage_params; lib/utils_pbkdf.c; reference/luks.md §9–§12).
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
+	"golang.org/x/crypto/argon2"
+)
+
+// cryptsetup's LUKS2 defaults for a file.
+const (
+	luks2HdrSize       = 0x4000                           // metadata per copy: 16 KiB
+	luks2DataOffset    = 16 << 20                         // LUKS2_DEFAULT_HDR_SIZE
+	luks2KeyslotsSize  = luks2DataOffset - 2*luks2HdrSize // 16744448
+	luks2DefaultPBKDF  = "argon2id"
+	argon2DefaultMem   = 1 << 20 // KiB: 1 GiB
+	argon2MaxThreads   = 4
+	argon2MinTime      = 4
+	argon2BenchMinMem  = 64 << 10 // KiB
+	DefaultLUKS2Sector = 4096
+)
+
+// formatLUKS2 makes a LUKS2 header with passphrase in keyslot 0: one crypt
+// segment at 16 MiB to the end of the device, keyslot 0's area at 32 KiB,
+// a pbkdf2 digest worth 125 ms (1000 iterations when forced), the keyslot
+// KDF of p, and both metadata copies. area is the whole 16 MiB header
+// area: the two copies, the key material, zeros elsewhere.
+func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
+	p, err := p.withDefaults()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if p.SectorSize == 0 {
+		p.SectorSize = DefaultLUKS2Sector
+	}
+	if p.SectorSize < 512 || p.SectorSize > 4096 || p.SectorSize&(p.SectorSize-1) != 0 {
+		return nil, nil, nil, fmt.Errorf("invalid sector size %d (want 512, 1024, 2048 or 4096)", p.SectorSize)
+	}
+	for _, f := range []struct{ v, name string }{{p.Label, "label"}, {p.Subsystem, "subsystem"}} {
+		if len(f.v) >= l2LabelSize || strings.IndexByte(f.v, 0) >= 0 {
+			return nil, nil, nil, fmt.Errorf("%s %q is longer than %d bytes or holds a NUL", f.name, f.v, l2LabelSize-1)
+		}
+	}
+	kdf, err := p.luks2KDF()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	uuid := p.UUID
+	if uuid == "" {
+		if uuid, err = randomUUID(p.Rand); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	vk := make([]byte, p.KeyBytes)
+	if p.VolumeKey != nil {
+		copy(vk, p.VolumeKey)
+	} else if _, err := io.ReadFull(p.Rand, vk); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading random volume key: %w", err)
+	}
+	fail := func(err error) (Header, []byte, []byte, error) {
+		clear(vk)
+		return nil, nil, nil, err
+	}
+
+	d := &Digest{Type: "pbkdf2", Keyslots: []string{"0"}, Segments: []string{"0"}, Hash: p.Hash,
+		Iterations: MinIterations, Salt: make([]byte, 32)}
+	if p.ForceIterations == 0 {
+		if d.Iterations, _, err = SlotIterations(p.Hash, p.KeyBytes, mkDigestTime); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := io.ReadFull(p.Rand, d.Salt); err != nil {
+		return fail(err)
+	}
+	hf, _ := hashFunc(p.Hash) // withDefaults checked it
+	if d.Digest, err = deriveKey(p.Hash, vk, d.Salt, d.Iterations, hf().Size()); err != nil {
+		return fail(err)
+	}
+
+	k := &Keyslot{Type: "luks2", KeySize: p.KeyBytes}
+	k.AF.Type, k.AF.Stripes, k.AF.Hash = "luks1", Stripes, p.Hash
+	k.Area.Type, k.Area.Offset = "raw", 2*luks2HdrSize
+	k.Area.Size = u64s(roundUp(uint64(p.KeyBytes)*Stripes, 4096))
+	k.Area.Encryption, k.Area.KeySize = p.Cipher, p.KeyBytes
+	k.KDF.Type = kdf.Type
+	k.KDF.Hash, k.KDF.Iterations, k.KDF.Time, k.KDF.Memory, k.KDF.CPUs = kdf.Hash, kdf.Iterations, kdf.Time, kdf.Memory, kdf.CPUs
+	k.KDF.Salt = make([]byte, 32)
+	if _, err := io.ReadFull(p.Rand, k.KDF.Salt); err != nil {
+		return fail(err)
+	}
+	material, err := k.seal(passphrase, vk, p.Rand)
+	if err != nil {
+		return fail(err)
+	}
+	defer clear(material)
+
+	h := &LUKS2{
+		bin:      &luks2Bin{HdrSize: luks2HdrSize, SeqID: 1, Label: p.Label, CsumAlg: "sha256", UUID: uuid, Subsystem: p.Subsystem},
+		Keyslots: map[int]*Keyslot{0: k},
+		Segments: map[int]*Segment{0: {Type: "crypt", Offset: luks2DataOffset, Size: "dynamic", Encryption: p.Cipher, SectorSize: p.SectorSize}},
+		Digests:  map[int]*Digest{0: d},
+		Tokens:   map[int]*Token{},
+		Config:   Config{JSONSize: luks2HdrSize - luks2BinSize, KeyslotsSize: luks2KeyslotsSize},
+	}
+	meta, err := h.marshalCopies(p.Rand)
+	if err != nil {
+		return fail(err)
+	}
+	area := make([]byte, luks2DataOffset)
+	copy(area, meta)
+	copy(area[k.Area.Offset:], material)
+	// The header is what a reader makes of these bytes: the writer is
+	// checked against the validator on every format.
+	got, err := readLUKS2(bytes.NewReader(area), 0, int64(len(area)))
+	if err != nil {
+		return fail(fmt.Errorf("header: internal error: the LUKS2 header made does not read back: %w", err))
+	}
+	return got, vk, area, nil
+}
+
+// luks2KDF returns the keyslot KDF of p: forced, or benchmarked for
+// p.IterTime as cryptsetup does.
+func (p Params) luks2KDF() (KDFCost, error) {
+	kind := p.PBKDF
+	if kind == "" {
+		kind = luks2DefaultPBKDF
+	}
+	switch kind {
+	case "pbkdf2":
+		c := KDFCost{Type: kind, Hash: p.Hash, Iterations: p.ForceIterations}
+		if c.Iterations == 0 {
+			it, _, err := SlotIterations(p.Hash, p.KeyBytes, p.IterTime)
+			if err != nil {
+				return c, err
+			}
+			c.Iterations = it
+		}
+		return c, nil
+	case "argon2i", "argon2id":
+	default:
+		return KDFCost{}, fmt.Errorf("unsupported pbkdf %q (want argon2id, argon2i or pbkdf2)", kind)
+	}
+	mem := p.PBKDFMemory
+	if mem == 0 {
+		mem = min(argon2DefaultMem, halfRAM())
+	}
+	if mem < 32 || mem > argon2MaxMemory {
+		return KDFCost{}, fmt.Errorf("argon2 memory %d KiB out of range (32 to %d)", mem, argon2MaxMemory)
+	}
+	threads := p.PBKDFParallel
+	if threads == 0 {
+		threads = uint32(min(argon2MaxThreads, runtime.NumCPU()))
+	}
+	if threads < 1 || threads > argon2MaxThreads {
+		return KDFCost{}, fmt.Errorf("argon2 parallel %d out of range (1 to %d)", threads, argon2MaxThreads)
+	}
+	c := KDFCost{Type: kind, Time: p.ForceIterations, Memory: mem, CPUs: threads}
+	if c.Time != 0 {
+		if c.Time < argon2MinTime {
+			return c, fmt.Errorf("argon2 time cost %d below the minimum %d", c.Time, argon2MinTime)
+		}
+		return c, nil
+	}
+	c.Time, c.Memory = benchmarkArgon2(kind, mem, threads, p.KeyBytes, p.IterTime)
+	return c, nil
+}
+
+// KDFCost is a LUKS2 keyslot KDF and its cost.
+type KDFCost struct {
+	Type               string
+	Hash               string // pbkdf2
+	Iterations         uint32 // pbkdf2
+	Time, Memory, CPUs uint32 // argon2: passes, KiB, threads
+}
+
+// benchmarkArgon2 returns argon2's time cost and memory for iterTime, by
+// cryptsetup's rule: at least 4 passes; when 4 passes over the memory asked
+// for take longer, the memory shrinks (not below 64 MiB), otherwise the
+// passes grow. One pass over up to 64 MiB is timed and scaled.
+func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime time.Duration) (t, m uint32) {
+	probe := min(mem, argon2BenchMinMem)
+	run := argon2.IDKey
+	if kind == "argon2i" {
+		run = argon2.Key
+	}
+	start := time.Now()
+	clear(run([]byte("foobarfo"), make([]byte, 32), 1, probe, uint8(threads), uint32(keyBytes)))
+	perKiBPass := float64(time.Since(start)) / float64(probe)
+	m = mem
+	if passes := float64(iterTime) / (perKiBPass * float64(m)); passes < argon2MinTime {
+		m = max(min(mem, argon2BenchMinMem), uint32(float64(iterTime)/(perKiBPass*argon2MinTime)))
+		return argon2MinTime, min(m, mem)
+	}
+	passes := float64(iterTime) / (perKiBPass * float64(m))
+	return uint32(min(passes, 1<<31)), m
+}
+
+// halfRAM is half of MemTotal in KiB, or the argon2 default if unknown.
+func halfRAM() uint32 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return argon2DefaultMem
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "MemTotal:"); ok {
+			if kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+				return uint32(min(kb/2, argon2MaxMemory))
+			}
+		}
+	}
+	return argon2DefaultMem
+}
+
+// seal AF-splits vk and encrypts it under the keyslot's KDF of passphrase
+// with the area cipher (512-byte sectors, IV sector 0 at the area start).
+func (k *Keyslot) seal(passphrase, vk []byte, rnd io.Reader) ([]byte, error) {
+	material, err := AFSplit(vk, Stripes, k.AF.Hash, rnd)
+	if err != nil {
+		return nil, err
+	}
+	dk, err := k.derive(passphrase)
+	if err != nil {
+		clear(material)
+		return nil, err
+	}
+	m, err := cipher.Parse(k.Area.Encryption)
+	if err == nil {
+		var c cipher.Sector
+		if c, err = m.NewSector(dk, cipher.LUKS1); err == nil {
+			err = c.EncryptSectors(material, material, 0)
+			c.Clear()
+		}
+	}
+	clear(dk)
+	if err != nil {
+		clear(material)
+		return nil, err
+	}
+	return material, nil
+}
+
+// marshalJSON is the metadata as one JSON object, the sections in
+// cryptsetup's order.
+func (h *LUKS2) marshalJSON() ([]byte, error) {
+	names := func(n int) string { return strconv.Itoa(n) }
+	top := struct {
+		Keyslots map[string]*Keyslot        `json:"keyslots"`
+		Tokens   map[string]json.RawMessage `json:"tokens"`
+		Segments map[string]*Segment        `json:"segments"`
+		Digests  map[string]*Digest         `json:"digests"`
+		Config   Config                     `json:"config"`
+	}{map[string]*Keyslot{}, map[string]json.RawMessage{}, map[string]*Segment{}, map[string]*Digest{}, h.Config}
+	for n, k := range h.Keyslots {
+		top.Keyslots[names(n)] = k
+	}
+	for n, t := range h.Tokens {
+		top.Tokens[names(n)] = t.Raw
+	}
+	for n, s := range h.Segments {
+		top.Segments[names(n)] = s
+	}
+	for n, d := range h.Digests {
+		top.Digests[names(n)] = d
+	}
+	return json.Marshal(top)
+}
+
+// marshalCopies returns both metadata copies, 2*HdrSize bytes: each binary
+// header with its own random salt and checksum over itself and the JSON
+// area.
+func (h *LUKS2) marshalCopies(rnd io.Reader) ([]byte, error) {
+	js, err := h.marshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	hdr := h.bin.HdrSize
+	if int64(len(js)) >= hdr-luks2BinSize {
+		return nil, fmt.Errorf("LUKS2 metadata of %d bytes does not fit in %d", len(js), hdr-luks2BinSize)
+	}
+	out := make([]byte, 2*hdr)
+	for i, off := range []int64{0, hdr} {
+		b := out[off : off+hdr]
+		if i == 0 {
+			copy(b, magic[:])
+		} else {
+			copy(b, secondaryMagic[:])
+		}
+		be := binary.BigEndian
+		be.PutUint16(b[l2OffVersion:], 2)
+		be.PutUint64(b[l2OffHdrSize:], uint64(hdr))
+		be.PutUint64(b[l2OffSeqID:], h.bin.SeqID)
+		copy(b[l2OffLabel:l2OffLabel+l2LabelSize-1], h.bin.Label)
+		copy(b[l2OffCsumAlg:], h.bin.CsumAlg)
+		if _, err := io.ReadFull(randReader(rnd), b[l2OffSalt:l2OffSalt+l2SaltSize]); err != nil {
+			return nil, err
+		}
+		copy(b[l2OffUUID:l2OffUUID+l2UUIDSize-1], h.bin.UUID)
+		copy(b[l2OffSubsystem:l2OffSubsystem+l2SubsystemSize-1], h.bin.Subsystem)
+		be.PutUint64(b[l2OffHdrOffset:], uint64(off))
+		copy(b[luks2BinSize:], js)
+		hf, err := hashFunc(h.bin.CsumAlg)
+		if err != nil {
+			return nil, err
+		}
+		sum := hf()
+		sum.Write(b)
+		copy(b[l2OffCsum:], sum.Sum(nil))
+	}
+	return out, nil
+}
