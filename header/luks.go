@@ -36,15 +36,17 @@ type Header interface {
 	// read from r, where the header starts at byte base; slot -1 tries
 	// every active slot. It returns the key and the slot that opened.
 	Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (volumeKey []byte, usedSlot int, err error)
+	// UnlockCost estimates the work of Unlock(…, slot) before it starts:
+	// a hostile header may ask for hours of PBKDF2 or gigabytes of argon2.
+	UnlockCost(slot int) Cost
 	// VerifyVolumeKey reports whether vk is this header's volume key.
 	VerifyVolumeKey(vk []byte) bool
 	// NewSectorCipher is the payload cipher for the volume key.
 	NewSectorCipher(volumeKey []byte) (cipher.Sector, error)
 
-	// SlotKDF is the key derivation cost for a new key slot: forced
-	// iterations when force is not 0, otherwise measured to take iterTime
-	// (0: DefaultIterTime) on this machine.
-	SlotKDF(iterTime time.Duration, force uint32) (KDF, error)
+	// SlotKDF is the key derivation and cost of a new key slot: forced,
+	// or measured on this machine.
+	SlotKDF(o KDFOptions) (KDF, error)
 	// AddSlot puts passphrase into the free slot, with cost kdf.
 	AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.Reader) (*Update, error)
 	// KillSlot disables slot and destroys its key material.
@@ -99,9 +101,23 @@ type Info struct {
 	AreaSize int64
 }
 
-// KDF is the cost of a key slot's key derivation.
+// KDF is a key slot's key derivation and its cost.
 type KDF struct {
-	Iterations uint32 // PBKDF2 iterations
+	Type               string // "pbkdf2" (LUKS1's only one), "argon2i" or "argon2id"
+	Hash               string // pbkdf2's hash; "" means the header's
+	Iterations         uint32 // pbkdf2
+	Time, Memory, CPUs uint32 // argon2: passes, KiB, threads
+}
+
+// KDFOptions choose the KDF of a new key slot, as cryptsetup's --pbkdf,
+// --iter-time, --pbkdf-force-iterations, --pbkdf-memory and
+// --pbkdf-parallel do.
+type KDFOptions struct {
+	IterTime time.Duration // benchmark target; 0 means DefaultIterTime
+	Force    uint32        // exact iterations (pbkdf2) or passes (argon2); 0 benchmarks
+	PBKDF    string        // "" is the version's default: pbkdf2 for LUKS1, argon2id for LUKS2
+	Memory   uint32        // argon2 KiB; 0: 1 GiB, at most half the RAM
+	Parallel uint32        // argon2 threads; 0: up to 4, at most the CPUs
 }
 
 var _ Header = (*LUKS1)(nil)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"time"
 )
 
 // This file holds the methods by which *LUKS1 is a [Header].
@@ -30,20 +29,24 @@ func (h *LUKS1) SlotActive(slot int) bool {
 // CheckSlot returns an error for a slot outside 0..7.
 func (h *LUKS1) CheckSlot(slot int) error { return checkSlotIndex(slot) }
 
-// SlotKDF returns the PBKDF2 iterations for a new slot: force (at least
-// MinIterations) or what takes iterTime with the header's hash and key size.
-func (h *LUKS1) SlotKDF(iterTime time.Duration, force uint32) (KDF, error) {
-	if force != 0 {
-		if force < MinIterations {
-			return KDF{}, fmt.Errorf("forced iterations %d below the minimum %d", force, MinIterations)
+// SlotKDF returns the PBKDF2 iterations for a new slot: forced (at least
+// MinIterations) or what takes o.IterTime with the header's hash and key
+// size. LUKS1 has no other KDF.
+func (h *LUKS1) SlotKDF(o KDFOptions) (KDF, error) {
+	if o.PBKDF != "" && o.PBKDF != "pbkdf2" || o.Memory != 0 || o.Parallel != 0 {
+		return KDF{}, fmt.Errorf("LUKS1 key slots use pbkdf2 only")
+	}
+	if o.Force != 0 {
+		if o.Force < MinIterations {
+			return KDF{}, fmt.Errorf("forced iterations %d below the minimum %d", o.Force, MinIterations)
 		}
-		return KDF{Iterations: force}, nil
+		return KDF{Type: "pbkdf2", Iterations: o.Force}, nil
 	}
-	if iterTime == 0 {
-		iterTime = DefaultIterTime
+	if o.IterTime == 0 {
+		o.IterTime = DefaultIterTime
 	}
-	it, _, err := SlotIterations(h.HashSpec, int(h.KeyBytes), iterTime)
-	return KDF{Iterations: it}, err
+	it, _, err := SlotIterations(h.HashSpec, int(h.KeyBytes), o.IterTime)
+	return KDF{Type: "pbkdf2", Iterations: it}, err
 }
 
 // Rekey formats a header with p's cipher, hash, key size and cost under a

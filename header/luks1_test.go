@@ -33,13 +33,13 @@ func TestLUKS1Info(t *testing.T) {
 	if err := h.CheckSlot(7); err != nil {
 		t.Error(err)
 	}
-	if k, err := h.SlotKDF(0, 2000); err != nil || k.Iterations != 2000 {
+	if k, err := h.SlotKDF(KDFOptions{Force: 2000}); err != nil || k.Iterations != 2000 {
 		t.Errorf("forced SlotKDF = %+v, %v", k, err)
 	}
-	if _, err := h.SlotKDF(0, 999); err == nil {
+	if _, err := h.SlotKDF(KDFOptions{Force: 999}); err == nil {
 		t.Error("SlotKDF took 999 forced iterations")
 	}
-	if k, err := h.SlotKDF(20e6, 0); err != nil || k.Iterations < MinIterations {
+	if k, err := h.SlotKDF(KDFOptions{IterTime: 20e6}); err != nil || k.Iterations < MinIterations {
 		t.Errorf("measured SlotKDF = %+v, %v", k, err)
 	}
 }

@@ -63,9 +63,8 @@ type luks2Bin struct {
 // its data is partly under the old key and partly under the new one.
 var ErrLUKS2Reencrypt = errors.New("the LUKS2 header records an unfinished cryptsetup reencryption; finish it with cryptsetup reencrypt --resume-only first")
 
-// ErrLUKS2ReadOnly reports a change to a LUKS2 header, which cryptimg does
-// not make yet; reading, unlocking and decrypting work.
-var ErrLUKS2ReadOnly = errors.New("changing LUKS2 headers is not supported yet (reading, unlocking and decrypting are)")
+// ErrLUKS2ReadOnly reports a LUKS2 change cryptimg does not make yet.
+var ErrLUKS2ReadOnly = errors.New("reencrypting LUKS2 images is not supported yet")
 
 // readLUKS2Copy reads and checks the header copy at off (0 for the
 // primary): magic, version, hdr_offset, size, checksum and the JSON area's

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"strconv"
@@ -134,57 +135,64 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 
 // luks2KDF returns the keyslot KDF of p: forced, or benchmarked for
 // p.IterTime as cryptsetup does.
-func (p Params) luks2KDF() (KDFCost, error) {
-	kind := p.PBKDF
+func (p Params) luks2KDF() (KDF, error) {
+	return luks2KDF(KDFOptions{IterTime: p.IterTime, Force: p.ForceIterations, PBKDF: p.PBKDF,
+		Memory: p.PBKDFMemory, Parallel: p.PBKDFParallel}, p.Hash, p.KeyBytes)
+}
+
+// luks2KDF is the KDF of a new LUKS2 keyslot for a keyBytes-long key.
+func luks2KDF(o KDFOptions, hash string, keyBytes int) (KDF, error) {
+	if o.IterTime == 0 {
+		o.IterTime = DefaultIterTime
+	}
+	kind := o.PBKDF
 	if kind == "" {
 		kind = luks2DefaultPBKDF
 	}
 	switch kind {
 	case "pbkdf2":
-		c := KDFCost{Type: kind, Hash: p.Hash, Iterations: p.ForceIterations}
+		if o.Memory != 0 || o.Parallel != 0 {
+			return KDF{}, fmt.Errorf("pbkdf2 takes no memory or parallel cost")
+		}
+		c := KDF{Type: kind, Hash: hash, Iterations: o.Force}
 		if c.Iterations == 0 {
-			it, _, err := SlotIterations(p.Hash, p.KeyBytes, p.IterTime)
+			it, _, err := SlotIterations(hash, keyBytes, o.IterTime)
 			if err != nil {
 				return c, err
 			}
 			c.Iterations = it
 		}
+		if c.Iterations < MinIterations {
+			return c, fmt.Errorf("forced iterations %d below the minimum %d", c.Iterations, MinIterations)
+		}
 		return c, nil
 	case "argon2i", "argon2id":
 	default:
-		return KDFCost{}, fmt.Errorf("unsupported pbkdf %q (want argon2id, argon2i or pbkdf2)", kind)
+		return KDF{}, fmt.Errorf("unsupported pbkdf %q (want argon2id, argon2i or pbkdf2)", kind)
 	}
-	mem := p.PBKDFMemory
+	mem := o.Memory
 	if mem == 0 {
 		mem = min(argon2DefaultMem, halfRAM())
 	}
 	if mem < 32 || mem > argon2MaxMemory {
-		return KDFCost{}, fmt.Errorf("argon2 memory %d KiB out of range (32 to %d)", mem, argon2MaxMemory)
+		return KDF{}, fmt.Errorf("argon2 memory %d KiB out of range (32 to %d)", mem, argon2MaxMemory)
 	}
-	threads := p.PBKDFParallel
+	threads := o.Parallel
 	if threads == 0 {
 		threads = uint32(min(argon2MaxThreads, runtime.NumCPU()))
 	}
 	if threads < 1 || threads > argon2MaxThreads {
-		return KDFCost{}, fmt.Errorf("argon2 parallel %d out of range (1 to %d)", threads, argon2MaxThreads)
+		return KDF{}, fmt.Errorf("argon2 parallel %d out of range (1 to %d)", threads, argon2MaxThreads)
 	}
-	c := KDFCost{Type: kind, Time: p.ForceIterations, Memory: mem, CPUs: threads}
+	c := KDF{Type: kind, Time: o.Force, Memory: mem, CPUs: threads}
 	if c.Time != 0 {
 		if c.Time < argon2MinTime {
 			return c, fmt.Errorf("argon2 time cost %d below the minimum %d", c.Time, argon2MinTime)
 		}
 		return c, nil
 	}
-	c.Time, c.Memory = benchmarkArgon2(kind, mem, threads, p.KeyBytes, p.IterTime)
+	c.Time, c.Memory = benchmarkArgon2(kind, mem, threads, keyBytes, o.IterTime)
 	return c, nil
-}
-
-// KDFCost is a LUKS2 keyslot KDF and its cost.
-type KDFCost struct {
-	Type               string
-	Hash               string // pbkdf2
-	Iterations         uint32 // pbkdf2
-	Time, Memory, CPUs uint32 // argon2: passes, KiB, threads
 }
 
 // benchmarkArgon2 returns argon2's time cost and memory for iterTime, by
@@ -258,25 +266,54 @@ func (k *Keyslot) seal(passphrase, vk []byte, rnd io.Reader) ([]byte, error) {
 // marshalJSON is the metadata as one JSON object, the sections in
 // cryptsetup's order.
 func (h *LUKS2) marshalJSON() ([]byte, error) {
-	names := func(n int) string { return strconv.Itoa(n) }
-	top := struct {
-		Keyslots map[string]*Keyslot        `json:"keyslots"`
-		Tokens   map[string]json.RawMessage `json:"tokens"`
-		Segments map[string]*Segment        `json:"segments"`
-		Digests  map[string]*Digest         `json:"digests"`
-		Config   Config                     `json:"config"`
-	}{map[string]*Keyslot{}, map[string]json.RawMessage{}, map[string]*Segment{}, map[string]*Digest{}, h.Config}
+	section := func(objs map[int]json.RawMessage) (json.RawMessage, error) {
+		m := map[string]json.RawMessage{}
+		for n, b := range objs {
+			m[strconv.Itoa(n)] = b
+		}
+		return json.Marshal(m)
+	}
+	top := maps.Clone(h.extra)
+	if top == nil {
+		top = map[string]json.RawMessage{}
+	}
+	var err error
+	objs := map[int]json.RawMessage{}
 	for n, k := range h.Keyslots {
-		top.Keyslots[names(n)] = k
+		if objs[n], err = overlay(k.rawObject, k); err != nil {
+			return nil, err
+		}
 	}
+	if top["keyslots"], err = section(objs); err != nil {
+		return nil, err
+	}
+	objs = map[int]json.RawMessage{}
 	for n, t := range h.Tokens {
-		top.Tokens[names(n)] = t.Raw
+		objs[n] = t.Raw
 	}
-	for n, s := range h.Segments {
-		top.Segments[names(n)] = s
+	if top["tokens"], err = section(objs); err != nil {
+		return nil, err
 	}
+	objs = map[int]json.RawMessage{}
+	for n, sg := range h.Segments {
+		if objs[n], err = overlay(sg.rawObject, sg); err != nil {
+			return nil, err
+		}
+	}
+	if top["segments"], err = section(objs); err != nil {
+		return nil, err
+	}
+	objs = map[int]json.RawMessage{}
 	for n, d := range h.Digests {
-		top.Digests[names(n)] = d
+		if objs[n], err = overlay(d.rawObject, d); err != nil {
+			return nil, err
+		}
+	}
+	if top["digests"], err = section(objs); err != nil {
+		return nil, err
+	}
+	if top["config"], err = overlay(h.Config.rawObject, &h.Config); err != nil {
+		return nil, err
 	}
 	return json.Marshal(top)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,45 @@ type Keyslot struct {
 		CPUs       uint32 `json:"cpus,omitempty"`
 		Salt       []byte `json:"salt"`
 	} `json:"kdf"`
+	rawObject
+}
+
+// rawObject keeps an object's JSON as read, so that a rewrite keeps the
+// fields cryptimg does not know: an object read and not changed is written
+// back byte for byte, a changed one has its known fields replaced and the
+// others kept (overlay).
+type rawObject struct {
+	raw     json.RawMessage
+	changed bool
+}
+
+func (r *rawObject) setRaw(b json.RawMessage) { r.raw = b }
+
+// overlay is v's JSON over the object's original: v's fields replace
+// theirs (a field v omits is dropped), fields v does not know stay.
+func overlay(r rawObject, v any) (json.RawMessage, error) {
+	if r.raw != nil && !r.changed {
+		return r.raw, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil || r.raw == nil {
+		return b, err
+	}
+	var orig, ours map[string]json.RawMessage
+	if err := json.Unmarshal(r.raw, &orig); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &ours); err != nil {
+		return nil, err
+	}
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" {
+			delete(orig, name)
+		}
+	}
+	maps.Copy(orig, ours)
+	return json.Marshal(orig)
 }
 
 // Segment is a LUKS2 segment object.
@@ -82,6 +122,7 @@ type Segment struct {
 	Integrity  json.RawMessage `json:"integrity,omitempty"`
 	Flags      []string        `json:"flags,omitempty"`
 	size       uint64          // Size as a number; 0 for dynamic
+	rawObject
 }
 
 // Digest is a LUKS2 digest object.
@@ -93,6 +134,7 @@ type Digest struct {
 	Iterations uint32   `json:"iterations"`
 	Salt       []byte   `json:"salt"`
 	Digest     []byte   `json:"digest"`
+	rawObject
 }
 
 // Token is a LUKS2 token: its type and keyslots, and the whole object.
@@ -110,6 +152,7 @@ type Config struct {
 	Requirements *struct {
 		Mandatory []string `json:"mandatory"`
 	} `json:"requirements,omitempty"`
+	rawObject
 }
 
 // LUKS2 is a LUKS2 header: the copy in use and its metadata.
@@ -127,9 +170,10 @@ type LUKS2 struct {
 	// refuses every metadata change.
 	ReadOnly bool
 
-	seg       int    // the data segment
-	digest    int    // its digest
-	reencrypt string // the reencryption requirement, if any
+	extra     map[string]json.RawMessage // top-level members cryptimg does not know
+	seg       int                        // the data segment
+	digest    int                        // its digest
+	reencrypt string                     // the reencryption requirement, if any
 }
 
 // unfinished refuses access to the data of an image in mid-reencryption.
@@ -166,6 +210,9 @@ func decodeStrict[T any](v json.RawMessage) (*T, error) {
 	if err := json.Unmarshal(v, t); err != nil {
 		return nil, err
 	}
+	if r, ok := any(t).(interface{ setRaw(json.RawMessage) }); ok {
+		r.setRaw(v)
+	}
 	return t, nil
 }
 
@@ -196,6 +243,17 @@ func parseLUKS2(b *luks2Bin, size int64) (*LUKS2, error) {
 	var err error
 	if err := json.Unmarshal(top.Config, &h.Config); err != nil {
 		return nil, parseErrorf("config", "%v", err)
+	}
+	h.Config.setRaw(top.Config)
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b.JSON, &all); err != nil {
+		return nil, parseErrorf("LUKS2 metadata", "invalid JSON: %v", err)
+	}
+	for _, k := range []string{"keyslots", "tokens", "segments", "digests", "config"} {
+		delete(all, k)
+	}
+	if len(all) > 0 {
+		h.extra = all
 	}
 	if h.Keyslots, err = objects(top.Keyslots, "keyslot", luks2MaxSlots, decodeStrict[Keyslot]); err != nil {
 		return nil, err

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"golang.org/x/crypto/argon2"
@@ -234,17 +233,13 @@ func (h *LUKS2) BackupSize() int64 { return h.Info().AreaSize }
 // Backup leaves the area as it is: a LUKS2 backup is a byte copy.
 func (h *LUKS2) Backup([]byte) {}
 
-// The changes are not implemented yet; each returns ErrLUKS2ReadOnly.
-
-func (h *LUKS2) SlotKDF(time.Duration, uint32) (KDF, error) { return KDF{}, ErrLUKS2ReadOnly }
-func (h *LUKS2) AddSlot(int, []byte, []byte, KDF, io.Reader) (*Update, error) {
-	return nil, ErrLUKS2ReadOnly
+// SlotKDF is the KDF of a new keyslot: argon2id unless o says otherwise,
+// benchmarked or forced as cryptsetup does.
+func (h *LUKS2) SlotKDF(o KDFOptions) (KDF, error) {
+	return luks2KDF(o, h.Digests[h.digest].Hash, h.keyBytes())
 }
-func (h *LUKS2) KillSlot(int, io.Reader) (*Update, error) { return nil, ErrLUKS2ReadOnly }
-func (h *LUKS2) WipeSlot(int, io.Reader) (*Update, error) { return nil, ErrLUKS2ReadOnly }
-func (h *LUKS2) WithUUID(string) (*Update, error)         { return nil, ErrLUKS2ReadOnly }
-func (h *LUKS2) Rewrite() (*Update, error)                { return nil, ErrLUKS2ReadOnly }
-func (h *LUKS2) Restore([]byte) (*Update, error)          { return nil, ErrLUKS2ReadOnly }
+
+// Rekey (reencryption of LUKS2) is not implemented yet.
 func (h *LUKS2) Rekey(Params, map[int][]byte, int64) (Header, []byte, []byte, error) {
 	return nil, nil, nil, ErrLUKS2ReadOnly
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // luks2File builds the two metadata copies of a LUKS2 header (16 KiB each,
@@ -186,12 +187,12 @@ func TestLUKS2Copies(t *testing.T) {
 // 4096-byte-rounded area, the data at 16 MiB.
 func TestLUKS2Format(t *testing.T) {
 	for _, kdf := range []string{"pbkdf2", "argon2i", "argon2id"} {
-		force := uint32(1000)
+		force, mem, par := uint32(1000), uint32(0), uint32(0)
 		if kdf != "pbkdf2" {
-			force = 4
+			force, mem, par = 4, 64, 1
 		}
-		hh, vk, area, err := Format([]byte("pw"), Params{Version: 2, Cipher: "aes-xts-plain64", PBKDF: kdf, PBKDFMemory: 64,
-			PBKDFParallel: 1, ForceIterations: force, SectorSize: 4096, Label: "data", Subsystem: "test", Rand: testRand("l2 " + kdf)})
+		hh, vk, area, err := Format([]byte("pw"), Params{Version: 2, Cipher: "aes-xts-plain64", PBKDF: kdf, PBKDFMemory: mem,
+			PBKDFParallel: par, ForceIterations: force, SectorSize: 4096, Label: "data", Subsystem: "test", Rand: testRand("l2 " + kdf)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,5 +225,185 @@ func TestLUKS2Format(t *testing.T) {
 	}
 	if _, _, _, err := Format([]byte("pw"), Params{PBKDF: "argon2id"}); err == nil {
 		t.Error("LUKS1 with argon2id accepted")
+	}
+}
+
+// TestLUKS2Updates checks the commit order of AddSlot and KillSlot and the
+// crash states between their writes: the material lands before the copies
+// that name it, each copy is whole or fails its checksum, and the newer
+// valid copy wins.
+func TestLUKS2Updates(t *testing.T) {
+	hh, vk, area, err := Format([]byte("pw0"), Params{Version: 2, PBKDF: "pbkdf2", ForceIterations: MinIterations, Rand: testRand("upd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hh.(*LUKS2)
+	kdf, err := h.SlotKDF(KDFOptions{PBKDF: "pbkdf2", Force: MinIterations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add, err := h.AddSlot(3, []byte("pw3"), vk, kdf, testRand("add"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(add.Writes) != 3 || add.Writes[0].Offset != 32768+int64(h.Keyslots[0].Area.Size) || add.Writes[1].Offset != 0 || add.Writes[2].Offset != 16384 {
+		t.Fatalf("AddSlot writes: %v", offsets(add.Writes))
+	}
+	if h.SlotActive(3) || h.SeqID() != 1 {
+		t.Fatal("AddSlot changed its receiver")
+	}
+	state := func(n int, torn bool) *LUKS2 {
+		b := bytes.Clone(area)
+		for i, w := range add.Writes[:n] {
+			d := w.Data
+			if torn && i == n-1 {
+				d = d[:luks2BinSize+100] // inside the JSON: the checksum fails
+			}
+			copy(b[w.Offset:], d)
+		}
+		got, err := readL2(b)
+		if err != nil {
+			t.Fatalf("after %d writes (torn %v): %v", n, torn, err)
+		}
+		if _, _, err := got.Unlock(bytes.NewReader(b), 0, []byte("pw0"), -1); err != nil {
+			t.Fatalf("after %d writes: pw0: %v", n, err)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		n      int
+		torn   bool
+		slot3  bool
+		seqid  uint64
+		warned bool
+	}{{1, false, false, 1, false}, {2, true, false, 1, true}, {2, false, true, 2, true}, {3, true, true, 2, true}, {3, false, true, 2, false}} {
+		got := state(c.n, c.torn)
+		if got.SlotActive(3) != c.slot3 || got.SeqID() != c.seqid || (got.Warning != "") != c.warned {
+			t.Errorf("after %d writes (torn %v): slot 3 %v, seqid %d, warning %q", c.n, c.torn, got.SlotActive(3), got.SeqID(), got.Warning)
+		}
+	}
+	applyTo(t, area, add)
+	nh, err := readL2(area)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, slot, err := nh.Unlock(bytes.NewReader(area), 0, []byte("pw3"), -1); err != nil || slot != 3 {
+		t.Fatalf("pw3: slot %d, %v", slot, err)
+	}
+	if nh.Digests[0].Keyslots[1] != "3" {
+		t.Fatalf("digest keyslots %v", nh.Digests[0].Keyslots)
+	}
+
+	kill, err := nh.KillSlot(0, testRand("kill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kill.Writes) != 3 || kill.Writes[0].Offset != 0 || kill.Writes[1].Offset != 16384 || kill.Writes[2].Offset != 32768 {
+		t.Fatalf("KillSlot writes: %v", offsets(kill.Writes))
+	}
+	applyTo(t, area, kill)
+	kh, err := readL2(area)
+	if err != nil || kh.SlotActive(0) || !kh.SlotActive(3) || kh.SeqID() != 3 {
+		t.Fatalf("after KillSlot: %v", err)
+	}
+	if _, _, err := kh.Unlock(bytes.NewReader(area), 0, []byte("pw0"), -1); !errors.Is(err, ErrNoMatchingKeyslot) {
+		t.Fatalf("pw0 after KillSlot: %v", err)
+	}
+	if sz := int(nh.Keyslots[0].Area.Size); bytes.Count(area[32768:32768+sz], []byte{0}) > sz/64 {
+		t.Error("slot 0's area was not overwritten with random bytes")
+	}
+	// The first-fit area of a new slot is slot 0's old one.
+	if again, err := kh.AddSlot(0, []byte("pw0"), vk, kdf, nil); err != nil || again.Writes[0].Offset != 32768 {
+		t.Fatalf("re-add: %v", err)
+	}
+	u, err := kh.WithUUID("0F2A93B4-1C2D-4E5F-8A9B-0C1D2E3F4A5B")
+	if err != nil || u.Header.Info().UUID != "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5b" || len(u.Writes) != 2 {
+		t.Fatalf("WithUUID: %v", err)
+	}
+	if _, err := kh.AddSlot(3, []byte("x"), vk, kdf, nil); err == nil {
+		t.Error("AddSlot into a used slot")
+	}
+	if _, err := kh.AddSlot(4, []byte("x"), make([]byte, 64), kdf, nil); err == nil {
+		t.Error("AddSlot with a wrong volume key")
+	}
+}
+
+func offsets(ws []Write) []int64 {
+	var o []int64
+	for _, w := range ws {
+		o = append(o, w.Offset)
+	}
+	return o
+}
+
+// TestLUKS2KeepsUnknownFields: a change rewrites the metadata with the
+// members cryptimg does not know where they were: top-level ones, and
+// unknown fields of the objects it does know.
+func TestLUKS2KeepsUnknownFields(t *testing.T) {
+	js := strings.Replace(minimalLUKS2, `"tokens":{},`, `"tokens":{"0":{"type":"systemd-tpm2","keyslots":["0"],"tpm2-pcrs":[7]}},"x-top":{"a":1},`, 1)
+	js = strings.Replace(js, `"type":"luks2","key_size":64,`, `"type":"luks2","key_size":64,"x-slot":"kept",`, 1)
+	file := luks2File(t, js)
+	h, err := readL2(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.WithUUID("0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyTo(t, file, u)
+	got, err := readL2(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"x-top":{"a":1}`, `"x-slot":"kept"`, `"tpm2-pcrs":[7]`} {
+		if !bytes.Contains(got.JSON(), []byte(want)) {
+			t.Errorf("%s lost: %s", want, got.JSON())
+		}
+	}
+	if got.Info().UUID != "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5c" || got.SeqID() != 2 {
+		t.Errorf("uuid %s, seqid %d", got.Info().UUID, got.SeqID())
+	}
+	// A changed object keeps its unknown fields too.
+	n := got.clone()
+	k := *n.Keyslots[0]
+	p := 2
+	k.Priority, k.changed = &p, true
+	n.Keyslots[0] = &k
+	b, err := n.marshalJSON()
+	if err != nil || !bytes.Contains(b, []byte(`"x-slot":"kept"`)) || !bytes.Contains(b, []byte(`"priority":2`)) {
+		t.Errorf("changed keyslot: %s, %v", b, err)
+	}
+	// Unknown requirements make the metadata read-only.
+	ro, _ := readL2(luks2File(t, strings.Replace(minimalLUKS2, `"keyslots_size":"262144"}`, `"keyslots_size":"262144","requirements":{"mandatory":["future"]}}`, 1)))
+	if _, err := ro.WithUUID("0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5c"); !errors.Is(err, ErrLUKS2Requirements) {
+		t.Errorf("change under an unknown requirement: %v", err)
+	}
+}
+
+// TestUnlockCost: the estimate of a hostile keyslot is far over a
+// minute or half of the RAM before any KDF runs, and that of a modest one
+// is small.
+func TestUnlockCost(t *testing.T) {
+	h, err := readL2(luks2File(t, minimalLUKS2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := h.UnlockCost(-1); c.Time > time.Second || c.Memory != 0 || !strings.Contains(c.What, "1000 PBKDF2-sha256 iterations in keyslot 0") {
+		t.Errorf("modest pbkdf2: %+v", c)
+	}
+	hostile := strings.Replace(minimalLUKS2, `"type":"pbkdf2","hash":"sha256","iterations":1000,"salt"`, `"type":"argon2id","time":4294967295,"memory":4194304,"cpus":4,"salt"`, 1)
+	if h, err = readL2(luks2File(t, hostile)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c := h.UnlockCost(0)
+	if c.Time < 24*time.Hour || c.Memory != 4<<30 || time.Since(start) > 2*time.Second {
+		t.Errorf("hostile argon2: %+v, estimated in %v", c, time.Since(start))
+	}
+	l1, _, _ := testFormat(t, "pw", Params{KeyBytes: 32}, "cost")
+	l1.Slots[0].Iterations = 1 << 31
+	if c := l1.UnlockCost(-1); c.Time < 2*time.Minute || !strings.Contains(c.What, "key slot 0") {
+		t.Errorf("hostile LUKS1 slot: %+v", c)
 	}
 }

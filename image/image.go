@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
@@ -90,6 +91,10 @@ type Encrypted struct {
 	FileSize      int64
 	// Qcow2 is the parsed qcow2 header of a qcow2+LUKS image, else nil.
 	Qcow2 *qcow2.Image
+	// AllowCost lets Unlock run whatever its key derivation costs; without
+	// it an estimate over MaxUnlockTime or the memory limit (half of the
+	// RAM) is refused with a *CostError before any work starts.
+	AllowCost bool
 
 	f    io.ReaderAt
 	qcow *qcow2.Image
@@ -166,9 +171,50 @@ func (k *Key) Clear() {
 	k.Cipher.Clear()
 }
 
+// MaxUnlockTime is the estimated unlock time Unlock accepts without
+// AllowCost. cryptsetup's defaults take 2 s a slot.
+const MaxUnlockTime = time.Minute
+
+// ErrCostly is matched by every *CostError.
+var ErrCostly = errors.New("the key derivation would cost more than the limit")
+
+// CostError refuses an unlock whose estimated cost is over the limits.
+type CostError struct {
+	Cost        header.Cost
+	TimeLimit   time.Duration
+	MemoryLimit uint64
+}
+
+func (c *CostError) Error() string {
+	mem := ""
+	if c.Cost.Memory > 0 {
+		mem = fmt.Sprintf(" and %d MiB of memory", c.Cost.Memory>>20)
+	}
+	return fmt.Sprintf("unlocking would take about %v%s (%s), over the limit of %v and %d MiB",
+		c.Cost.Time.Round(time.Second), mem, c.Cost.What, c.TimeLimit, c.MemoryLimit>>20)
+}
+
+func (c *CostError) Unwrap() error { return ErrCostly }
+
+// checkCost refuses an unlock of slot over the limits, unless allowed.
+func (e *Encrypted) checkCost(slot int) error {
+	if e.AllowCost {
+		return nil
+	}
+	c := e.Header.UnlockCost(slot)
+	if lim := header.MemoryLimit(); c.Time > MaxUnlockTime || c.Memory > lim {
+		return &CostError{Cost: c, TimeLimit: MaxUnlockTime, MemoryLimit: lim}
+	}
+	return nil
+}
+
 // Unlock derives the volume key from a passphrase; slot -1 tries every
-// active slot. A wrong passphrase gives header.ErrNoMatchingKeyslot.
+// active slot. A wrong passphrase gives header.ErrNoMatchingKeyslot; a key
+// derivation dearer than the limits, a *CostError (see AllowCost).
 func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
+	if err := e.checkCost(slot); err != nil {
+		return nil, err
+	}
 	vk, used, err := e.Header.Unlock(e.f, e.HeaderOffset, passphrase, slot)
 	if err != nil {
 		return nil, err

@@ -59,8 +59,14 @@ type SlotOptions struct {
 	// header.DefaultIterTime (2 s, cryptsetup's LUKS1 default).
 	IterTime time.Duration
 	// ForceIterations, when not zero, skips the benchmark
-	// (--pbkdf-force-iterations); at least header.MinIterations.
+	// (--pbkdf-force-iterations): PBKDF2 iterations, at least
+	// header.MinIterations, or argon2 passes, at least 4.
 	ForceIterations uint32
+	// PBKDF, PBKDFMemory and PBKDFParallel choose a LUKS2 slot's KDF
+	// (header.KDFOptions); zero values give cryptsetup's defaults.
+	PBKDF         string
+	PBKDFMemory   uint32
+	PBKDFParallel uint32
 	// Rand is the source of salts, AF stripes and wipe bytes; nil means
 	// crypto/rand.
 	Rand io.Reader
@@ -130,7 +136,8 @@ func (e *Encrypted) TestKey(passphrase []byte, slot int) (int, error) {
 
 // slotKDF returns the key derivation cost for a new slot.
 func (e *Encrypted) slotKDF(o SlotOptions) (header.KDF, error) {
-	return e.Header.SlotKDF(o.IterTime, o.ForceIterations)
+	return e.Header.SlotKDF(header.KDFOptions{IterTime: o.IterTime, Force: o.ForceIterations,
+		PBKDF: o.PBKDF, Memory: o.PBKDFMemory, Parallel: o.PBKDFParallel})
 }
 
 // pickSlot returns the slot a new key goes into.
@@ -175,6 +182,21 @@ func (e *Encrypted) apply(f rwFile) func(*header.Update, error) error {
 		}
 		return e.applyNow(f, u)
 	}
+}
+
+// Apply carries out a header change the caller made with a method only
+// one LUKS version has (a LUKS2 label, priority or token), as update
+// methods return it: e.Apply(l2.WithLabel(…)). A nil update with no error
+// is nothing to do.
+func (e *Encrypted) Apply(u *header.Update, err error) error {
+	if err != nil || u == nil {
+		return err
+	}
+	f, err := e.rw()
+	if err != nil {
+		return err
+	}
+	return e.applyNow(f, u)
 }
 
 func (e *Encrypted) applyNow(f rwFile, u *header.Update) error {

@@ -158,17 +158,19 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 }
 
 type isLUKSOptions struct {
-	verbose bool
+	verbose  bool
+	luksType string
 }
 
 func newIsLUKSCommand(g *globalOptions) *cobra.Command {
 	var o isLUKSOptions
 	cmd := &cobra.Command{
 		Use:   "is-luks [-v] IMAGE",
-		Short: "Check whether a file is a LUKS1 or qcow2+LUKS image",
-		Long: `Exit 0 if IMAGE is a LUKS1 image or a qcow2+LUKS image whose header is
-valid, 1 otherwise, as "cryptsetup isLuks" does. -v says what was found on
-stdout, or why the check failed.
+		Short: "Check whether a file is a LUKS or qcow2+LUKS image",
+		Long: `Exit 0 if IMAGE is a LUKS1 or LUKS2 image, or a qcow2+LUKS image, whose header
+is valid, 1 otherwise, as "cryptsetup isLuks" does; --type luks1 or luks2
+also requires that version. -v says what was found on stdout, or why the
+check failed.
 ` + exitStatusHelp,
 		Example: `  cryptimg is-luks disk.luks && echo encrypted`,
 		Args:    cobra.ExactArgs(1),
@@ -187,12 +189,17 @@ stdout, or why the check failed.
 				}
 				return fmt.Errorf("%s is not a LUKS image", path)
 			}
+			v := e.Header.Info().Version
+			if o.luksType != "" && o.luksType != fmt.Sprintf("luks%d", v) {
+				return fmt.Errorf("%s is LUKS%d, not %s", path, v, o.luksType)
+			}
 			if o.verbose {
-				fmt.Fprintf(g.stdout, "%s: LUKS%d (%s), UUID %s\n", path, e.Header.Info().Version, e.Format, e.Header.Info().UUID)
+				fmt.Fprintf(g.stdout, "%s: LUKS%d (%s), UUID %s\n", path, v, e.Format, e.Header.Info().UUID)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "say what was found, or why the check failed")
+	cmd.Flags().StringVar(&o.luksType, "type", "", "succeed only for this version: luks1 or luks2")
 	return cmd
 }

@@ -144,21 +144,32 @@ func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
 type pbkdfOptions struct {
 	iterTime        int
 	forceIterations uint32
+	pbkdf           string
+	memory          uint32
+	parallel        uint32
 }
 
 func (p *pbkdfOptions) addFlags(f *pflag.FlagSet) {
-	f.IntVarP(&p.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the new key slot, in milliseconds")
-	f.Uint32Var(&p.forceIterations, "pbkdf-force-iterations", 0, "use exactly this many PBKDF2 iterations (at least 1000) instead of benchmarking")
+	f.IntVarP(&p.iterTime, "iter-time", "i", 2000, "KDF time for the new key slot, in milliseconds")
+	f.Uint32Var(&p.forceIterations, "pbkdf-force-iterations", 0, "use exactly this cost instead of benchmarking: PBKDF2 iterations (at least 1000) or argon2 passes (at least 4)")
+	f.StringVar(&p.pbkdf, "pbkdf", "", "LUKS2 key slot KDF: argon2id (default), argon2i or pbkdf2 (LUKS1: pbkdf2 only)")
+	f.Uint32Var(&p.memory, "pbkdf-memory", 0, "argon2 memory in KiB (default 1 GiB, at most half of the RAM)")
+	f.Uint32Var(&p.parallel, "pbkdf-parallel", 0, "argon2 threads (default up to 4, at most the CPUs)")
 }
 
+// slotOptions checks the flags that need no header; the header checks the
+// rest (the KDF its version has, and the cost's minimum).
 func (p pbkdfOptions) slotOptions(slot int) (image.SlotOptions, error) {
 	if p.iterTime <= 0 {
 		return image.SlotOptions{}, usagef("--iter-time must be positive")
 	}
-	if p.forceIterations != 0 && p.forceIterations < header.MinIterations {
-		return image.SlotOptions{}, usagef("--pbkdf-force-iterations must be at least %d", header.MinIterations)
+	switch p.pbkdf {
+	case "", "pbkdf2", "argon2i", "argon2id":
+	default:
+		return image.SlotOptions{}, usagef("unknown --pbkdf %q: use argon2id, argon2i or pbkdf2", p.pbkdf)
 	}
-	return image.SlotOptions{Slot: slot, IterTime: time.Duration(p.iterTime) * time.Millisecond, ForceIterations: p.forceIterations}, nil
+	return image.SlotOptions{Slot: slot, IterTime: time.Duration(p.iterTime) * time.Millisecond, ForceIterations: p.forceIterations,
+		PBKDF: p.pbkdf, PBKDFMemory: p.memory, PBKDFParallel: p.parallel}, nil
 }
 
 // checkKeySources refuses two keys read from stdin.

@@ -214,6 +214,13 @@ func writeDumpLUKS2Tail(w io.Writer, h *header.LUKS2) {
 	for _, n := range slices.Sorted(maps.Keys(h.Tokens)) {
 		t := h.Tokens[n]
 		fmt.Fprintf(w, "  %d: %s\n", n, t.Type)
+		if t.Type == "luks2-keyring" {
+			var k struct {
+				Desc string `json:"key_description"`
+			}
+			json.Unmarshal(t.Raw, &k)
+			fmt.Fprintf(w, "\tKey description: %s\n", k.Desc)
+		}
 		for _, k := range t.Keyslots {
 			fmt.Fprintf(w, "\tKeyslot:    %s\n", k)
 		}

@@ -20,6 +20,8 @@ func hint(err error) string {
 		return "use --force to overwrite"
 	case errors.Is(err, image.ErrInPlaceQcow2):
 		return "use cryptimg encrypt INPUT OUTPUT or decrypt INPUT OUTPUT for qcow2"
+	case errors.Is(err, image.ErrCostly):
+		return "pass --allow-slow-kdf to unlock anyway"
 	}
 	return ""
 }

@@ -36,7 +36,7 @@ func luks2Image(t *testing.T, dir, key string, opts ...string) (img string, plai
 // TestLUKS2FromCryptsetup: LUKS2 images cryptsetup 2.6.1 makes with each
 // KDF, several ciphers and every sector size decrypt byte-exact; dump
 // prints what cryptsetup luksDump prints, and the same JSON metadata; a
-// wrong passphrase exits 2; header changes are refused without a write.
+// wrong passphrase exits 2; reencrypt is refused without a write.
 func TestLUKS2FromCryptsetup(t *testing.T) {
 	cs := requireTool(t, "cryptsetup")
 	for _, c := range []struct {
@@ -95,8 +95,8 @@ func TestLUKS2FromCryptsetup(t *testing.T) {
 			if r := cryptimg(t, "", "decrypt", "-d", bad, img, filepath.Join(dir, "bad.raw")); r.code != exitNoKey {
 				t.Errorf("wrong key: exit %d, want %d (%s)", r.code, exitNoKey, r.stderr)
 			}
-			if r := cryptimg(t, "", "add-key", "-d", key, "--new-key-file", key, img); r.code != exitFailure || !strings.Contains(r.stderr, "LUKS2") {
-				t.Errorf("add-key on LUKS2: exit %d, %s", r.code, r.stderr)
+			if r := cryptimg(t, "", "reencrypt", "-q", "-d", key, img); r.code != exitFailure || !strings.Contains(r.stderr, "LUKS2") {
+				t.Errorf("reencrypt on LUKS2: exit %d, %s", r.code, r.stderr)
 			}
 			if fileSHA(t, img) != before {
 				t.Error("the image changed")
@@ -244,6 +244,18 @@ func TestKernelLUKS2(t *testing.T) {
 		mustRun(t, append(append([]string{"encrypt", "-d", key, "--type", "luks2"}, opts...), src, img)...)
 		o.reads(name, img, key, fileSHA(t, src))
 	}
+	// Key commands: a slot added to a LUKS2 image opens in the kernel, a
+	// killed one does not.
+	added := filepath.Join(dir, "ours-keys.luks2")
+	mustRun(t, "encrypt", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, src, added)
+	k2 := writeFile(t, filepath.Join(dir, "k2"), "second kernel passphrase")
+	mustRun(t, "add-key", "-q", "-d", key, "--new-key-file", k2, "-S", "17", "--pbkdf", "argon2id", "--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4", added)
+	killed := filepath.Join(dir, "ours-killed.luks2")
+	copyImage(t, added, killed)
+	mustRun(t, "kill-slot", "-q", killed, "17")
+	o.reads("added-slot", added, k2, fileSHA(t, src))
+	o.refuses("killed-slot", killed, k2)
+	o.reads("kept-slot", killed, key, fileSHA(t, src))
 	imgs := map[string]string{}
 	for _, c := range cases {
 		img := filepath.Join(dir, c.name+".luks2")
@@ -291,8 +303,8 @@ func luks2Shape(t *testing.T, cs, img string) string {
 
 // TestLUKS2Encrypt: encrypt --type luks2 makes the metadata cryptsetup
 // luksFormat --type luks2 makes with the same choices (layout, segment,
-// keyslot, KDF, digest), cryptsetup opens its key slot, and decrypt gives
-// the plaintext back.
+// keyslot, KDF, digest), cryptsetup opens its key slot, decrypt gives the
+// plaintext back, and so does cryptsetup's own offline decryption.
 func TestLUKS2Encrypt(t *testing.T) {
 	cs := requireTool(t, "cryptsetup")
 	for _, c := range []struct {
@@ -323,6 +335,17 @@ func TestLUKS2Encrypt(t *testing.T) {
 			out := filepath.Join(dir, "out.raw")
 			mustRun(t, "decrypt", "-d", key, ours, out)
 			sameContent(t, plain, out)
+
+			// cryptsetup decrypts it offline (root only): the plaintext
+			// moves to the start of the file, the header to a new file.
+			requireRoot(t)
+			sh(t, cs, "reencrypt", "--decrypt", "--header", filepath.Join(dir, "moved.hdr"), "--force-offline-reencrypt",
+				"--disable-locks", "--batch-mode", "--key-file", key, ours)
+			want, _ := os.ReadFile(plain)
+			got, _ := os.ReadFile(ours)
+			if len(got) < len(want) || !bytes.Equal(got[:len(want)], want) {
+				t.Error("cryptsetup reencrypt --decrypt does not give the plaintext")
+			}
 		})
 	}
 	dir := t.TempDir()
@@ -340,5 +363,175 @@ func TestLUKS2Encrypt(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "x.luks")); err == nil {
 			t.Fatalf("encrypt %v left an output", bad)
 		}
+	}
+}
+
+// TestLUKS2KeyCommands: the key and header commands on LUKS2 images, each
+// checked by cryptsetup: add-key (argon2id and pbkdf2, slots up to 31),
+// change-key, remove-key, kill-slot, uuid and header-restore, on a LUKS2
+// image of cryptimg's and on one of cryptsetup's.
+func TestLUKS2KeyCommands(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	k0 := writeFile(t, filepath.Join(dir, "k0"), "key zero")
+	k1 := writeFile(t, filepath.Join(dir, "k1"), "key one")
+	k2 := writeFile(t, filepath.Join(dir, "k2"), "key two")
+	argon := []string{"--pbkdf", "argon2id", "--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4"}
+	opens := func(img, key string, slot int) bool {
+		return csCode(t, cs, "open", "--test-passphrase", "--key-slot", fmt.Sprint(slot), "--key-file", key, img) == 0
+	}
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	ours := filepath.Join(dir, "ours.luks2")
+	mustRun(t, "encrypt", "-d", k0, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, plain, ours)
+	theirs := filepath.Join(dir, "theirs.luks2")
+	writeFile(t, theirs, "")
+	os.Truncate(theirs, 20<<20)
+	sh(t, cs, append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file", k0}, append(argon, theirs)...)...)
+
+	for _, img := range []string{ours, theirs} {
+		name := filepath.Base(img)
+		mustRun(t, append([]string{"add-key", "-q", "-d", k0, "--new-key-file", k1, "-S", "31"}, append(argon, img)...)...)
+		mustRun(t, "add-key", "-q", "-d", k0, "--new-key-file", k2, "--pbkdf", "pbkdf2", fastIter, img)
+		if !opens(img, k1, 31) || !opens(img, k2, 1) || !opens(img, k0, 0) {
+			t.Fatalf("%s: cryptsetup does not open the added slots", name)
+		}
+		if d := sh(t, cs, "luksDump", img); !strings.Contains(d, "31: luks2") || !strings.Contains(d, "PBKDF:      argon2id") {
+			t.Fatalf("%s: luksDump after add-key:\n%s", name, d)
+		}
+		if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
+			t.Errorf("%s: dump differs from luksDump after add-key", name)
+		}
+		backup := img + ".hdr"
+		mustRun(t, "header-backup", img, backup)
+
+		// change-key moves k2 to a new passphrase, in a free slot.
+		k3 := writeFile(t, filepath.Join(dir, name+".k3"), "key three")
+		mustRun(t, "change-key", "-q", "-d", k2, "--new-key-file", k3, "--pbkdf", "pbkdf2", fastIter, img)
+		if opens(img, k2, 1) || csCode(t, cs, "open", "--test-passphrase", "--key-file", k3, img) != 0 {
+			t.Errorf("%s: after change-key the old key still opens or the new one does not", name)
+		}
+		mustRun(t, "remove-key", "-q", "-d", k3, img)
+		mustRun(t, "kill-slot", "-q", "-d", k0, img, "31")
+		if csCode(t, cs, "open", "--test-passphrase", "--key-file", k3, img) == 0 || opens(img, k1, 31) || !opens(img, k0, 0) {
+			t.Errorf("%s: after remove-key and kill-slot", name)
+		}
+		const uuid = "0f2a93b4-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+		mustRun(t, "uuid", "-q", "--uuid", uuid, img)
+		if got := strings.TrimSpace(sh(t, cs, "luksUUID", img)); got != uuid {
+			t.Errorf("%s: luksUUID %s", name, got)
+		}
+		mustRun(t, "header-restore", "-q", "--force", img, backup)
+		if !opens(img, k1, 31) || !opens(img, k2, 1) {
+			t.Errorf("%s: header-restore did not bring the slots back", name)
+		}
+		if r := cryptimg(t, "", "add-key", "-q", "-d", k0, "--new-key-file", k1, "-S", "32", img); r.code != exitFailure {
+			t.Errorf("%s: slot 32: exit %d", name, r.code)
+		}
+	}
+	out := filepath.Join(dir, "out.raw")
+	mustRun(t, "decrypt", "-d", k1, ours, out)
+	sameContent(t, plain, out)
+}
+
+// TestLUKS2ConfigTokens: config, token, repair and is-luks --type on a
+// LUKS2 image, each checked by cryptsetup's luksDump and token export.
+func TestLUKS2ConfigTokens(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	k0 := writeFile(t, filepath.Join(dir, "k0"), "key zero")
+	k1 := writeFile(t, filepath.Join(dir, "k1"), "key one")
+	img := filepath.Join(dir, "img.luks2")
+	mustRun(t, "encrypt", "-d", k0, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, randomFile(t, dir, "plain.raw", 1<<20), img)
+	mustRun(t, "add-key", "-q", "-d", k0, "--new-key-file", k1, "--pbkdf", "pbkdf2", fastIter, img)
+	sameDump := func(when string) {
+		t.Helper()
+		if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
+			t.Errorf("%s: dump differs from luksDump:\n%s\nwant:\n%s", when, got, want)
+		}
+	}
+	mustRun(t, "config", "--label", "rootfs", "--subsystem", "ci", img)
+	mustRun(t, "config", "--priority", "prefer", "-S", "1", img)
+	d := sh(t, cs, "luksDump", img)
+	if !strings.Contains(d, "Label:         \trootfs") || !strings.Contains(d, "Subsystem:     \tci") || !strings.Contains(d, "Priority:   preferred") {
+		t.Errorf("luksDump after config:\n%s", d)
+	}
+	sameDump("config")
+	// The preferred slot is tried first: k1 opens slot 1 without -S.
+	if r := mustRun(t, "test-key", "-d", k1, img); !strings.Contains(r.stderr, "slot 1") {
+		t.Errorf("test-key: %s", r.stderr)
+	}
+
+	tok := writeFile(t, filepath.Join(dir, "tok.json"), `{"type":"x-ci","keyslots":[],"note":{"pcrs":[7]}}`)
+	if r := mustRun(t, "token", "import", "--json-file", tok, "--key-slot", "0", img); !strings.Contains(r.stdout, "Token 0 created") {
+		t.Errorf("token import: %q", r.stdout)
+	}
+	var ours, theirs any
+	json.Unmarshal([]byte(mustRun(t, "token", "export", "--token-id", "0", img).stdout), &ours)
+	json.Unmarshal([]byte(sh(t, cs, "token", "export", "--token-id", "0", img)), &theirs)
+	want := map[string]any{"type": "x-ci", "keyslots": []any{"0"}, "note": map[string]any{"pcrs": []any{7.0}}}
+	if !reflect.DeepEqual(ours, want) || !reflect.DeepEqual(theirs, want) {
+		t.Errorf("token 0: ours %v, cryptsetup's %v", ours, theirs)
+	}
+	mustRun(t, "token", "add", "--key-description", "cryptimg:ci", "--token-id", "5", img)
+	if d := sh(t, cs, "luksDump", img); !strings.Contains(d, "5: luks2-keyring") {
+		t.Errorf("luksDump after token add:\n%s", d)
+	}
+	sameDump("token")
+	reserved := writeFile(t, filepath.Join(dir, "reserved.json"), `{"type":"luks2-fake","keyslots":[]}`)
+	if r := cryptimg(t, "", "token", "import", "--json-file", reserved, img); r.code != exitFailure {
+		t.Errorf("luks2- token type: exit %d", r.code)
+	}
+	sh(t, cs, "token", "import", "--token-id", "9", "--json-file", tok, img)
+	json.Unmarshal([]byte(mustRun(t, "token", "export", "--token-id", "9", img).stdout), &ours)
+	if ours.(map[string]any)["type"] != "x-ci" {
+		t.Errorf("cryptsetup's token 9 reads as %v", ours)
+	}
+	mustRun(t, "token", "remove", "--token-id", "9", img)
+	if csCode(t, cs, "token", "export", "--token-id", "9", img) == 0 {
+		t.Error("token 9 still there for cryptsetup")
+	}
+	// Killing slot 0 takes it out of token 0.
+	mustRun(t, "kill-slot", "-q", "-d", k1, img, "0")
+	json.Unmarshal([]byte(sh(t, cs, "token", "export", "--token-id", "0", img)), &theirs)
+	if ks := theirs.(map[string]any)["keyslots"]; len(ks.([]any)) != 0 {
+		t.Errorf("token 0 keyslots after kill-slot 0: %v", ks)
+	}
+
+	// repair: a damaged primary is rewritten from the secondary.
+	flipByte(t, img, 4096+20)
+	if r := mustRun(t, "dump", img); !strings.Contains(r.stderr, "damaged") {
+		t.Fatalf("no warning: %s", r.stderr)
+	}
+	mustRun(t, "repair", img)
+	if r := mustRun(t, "dump", img); r.stderr != "" {
+		t.Errorf("after repair: %s", r.stderr)
+	}
+	before := fileSHA(t, img)
+	sh(t, cs, "luksDump", img)
+	if fileSHA(t, img) != before {
+		t.Error("cryptsetup still rewrote a copy after repair")
+	}
+	mustRun(t, "is-luks", "--type", "luks2", img)
+	if r := cryptimg(t, "", "is-luks", "--type", "luks1", img); r.code != 1 {
+		t.Errorf("is-luks --type luks1 on LUKS2: exit %d", r.code)
+	}
+}
+
+// TestLUKS2MetadataSizes: cryptsetup's LUKS2 images with every metadata
+// size from 16 KiB to 4 MiB dump as luksDump does and unlock.
+func TestLUKS2MetadataSizes(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	for _, size := range []string{"16k", "32k", "64k", "128k", "256k", "512k", "1m", "2m", "4m"} {
+		img := filepath.Join(dir, size+".luks2")
+		writeFile(t, img, "")
+		os.Truncate(img, 32<<20)
+		sh(t, cs, "luksFormat", "--type", "luks2", "--batch-mode", "--key-file", key, "--luks2-metadata-size", size,
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", img)
+		if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
+			t.Errorf("%s: dump differs from luksDump:\n%s\nwant:\n%s", size, got, want)
+		}
+		mustRun(t, "test-key", "-d", key, img)
 	}
 }

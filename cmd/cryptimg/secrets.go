@@ -159,7 +159,17 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 		return nil, err
 	}
 	defer clear(key)
+	e.AllowCost = g.slowKDF
 	uk, err := e.Unlock(key, slot)
+	var ce *image.CostError
+	if errors.As(err, &ce) && !g.batch && g.stdinIsTerminal() {
+		// A person can decide; a script gets the error and the flag.
+		if cerr := confirm(g, fmt.Sprintf("%s: %v.", name, err)); cerr != nil {
+			return nil, cerr
+		}
+		e.AllowCost = true
+		uk, err = e.Unlock(key, slot)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

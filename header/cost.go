@@ -1,0 +1,137 @@
+package header
+
+// Estimating what an unlock costs before doing it: a hostile or careless
+// header can ask for 2^32 PBKDF2 iterations or 4 GiB of argon2 memory per
+// key slot, and every slot is tried with a wrong passphrase.
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/argon2"
+)
+
+// Cost is the estimated work of an unlock: CPU time, peak memory, and the
+// dearest part in words.
+type Cost struct {
+	Time   time.Duration
+	Memory uint64 // bytes
+	What   string
+}
+
+func (c *Cost) add(t time.Duration, mem uint64, what string) {
+	if t > c.Time/2 || c.What == "" {
+		c.What = what // roughly the dearest
+	}
+	c.Time = min(c.Time+t, seconds(1e9))
+	c.Memory = max(c.Memory, mem)
+}
+
+var (
+	rateOnce sync.Map // hash -> *pbkdf2Rate
+	argonPer struct {
+		once sync.Once
+		d    float64 // seconds per KiB and pass, one thread
+	}
+)
+
+type pbkdf2Rate struct {
+	once sync.Once
+	perS float64 // iterations per second, one hash block of output
+}
+
+// pbkdf2Time estimates iterations of PBKDF2-hash with an outLen-byte
+// output, from a 2000-iteration run timed once per process.
+func pbkdf2Time(hash string, iterations uint32, outLen int) time.Duration {
+	v, _ := rateOnce.LoadOrStore(hash, &pbkdf2Rate{})
+	r := v.(*pbkdf2Rate)
+	r.once.Do(func() {
+		start := time.Now()
+		dk, err := deriveKey(hash, []byte("cost"), make([]byte, 32), 2000, 1)
+		clear(dk)
+		if err == nil {
+			r.perS = 2000 / max(time.Since(start).Seconds(), 1e-6)
+		}
+	})
+	if r.perS == 0 {
+		return 0
+	}
+	blocks := 1
+	if hf, err := hashFunc(hash); err == nil {
+		size := hf().Size()
+		blocks = (outLen + size - 1) / size
+	}
+	return seconds(float64(iterations) * float64(blocks) / r.perS)
+}
+
+// argon2Time estimates argon2 with time passes over memory KiB on threads
+// lanes, from a one-pass 4 MiB run timed once per process.
+func argon2Time(passes, memory, threads uint32) time.Duration {
+	argonPer.once.Do(func() {
+		start := time.Now()
+		clear(argon2.IDKey([]byte("cost"), make([]byte, 32), 1, 4096, 1, 32))
+		argonPer.d = time.Since(start).Seconds() / 4096
+	})
+	par := float64(max(1, min(int(threads), runtime.NumCPU())))
+	return seconds(float64(passes) * float64(memory) * argonPer.d / par)
+}
+
+// seconds converts an estimate, capped at 30 years so that sums cannot
+// overflow.
+func seconds(s float64) time.Duration {
+	return time.Duration(min(s, 1e9) * float64(time.Second))
+}
+
+// cost estimates one run of the KDF.
+func (k KDF) cost(outLen int) (time.Duration, uint64, string) {
+	switch k.Type {
+	case "argon2i", "argon2id":
+		return argon2Time(k.Time, k.Memory, k.CPUs), uint64(k.Memory) << 10,
+			fmt.Sprintf("%s with %d passes over %d MiB", k.Type, k.Time, k.Memory>>10)
+	default:
+		return pbkdf2Time(k.Hash, k.Iterations, outLen), 0, fmt.Sprintf("%d PBKDF2-%s iterations", k.Iterations, k.Hash)
+	}
+}
+
+// MemoryLimit is half of the RAM in bytes, the most argon2 memory an
+// unlock takes without being allowed to (cryptsetup's own cap).
+func MemoryLimit() uint64 { return uint64(halfRAM()) << 10 }
+
+// UnlockCost estimates an Unlock of slot (-1: every active slot, the
+// worst case of a wrong passphrase): each slot's PBKDF2 and the master key
+// digest's.
+func (h *LUKS1) UnlockCost(slot int) Cost {
+	var c Cost
+	for i := range h.Slots {
+		if (slot == -1 || slot == i) && h.Slots[i].Active() {
+			t, _, what := KDF{Type: "pbkdf2", Hash: h.HashSpec, Iterations: h.Slots[i].Iterations}.cost(int(h.KeyBytes))
+			d, _, _ := KDF{Type: "pbkdf2", Hash: h.HashSpec, Iterations: h.MKDigestIter}.cost(DigestSize)
+			c.add(t+d, 0, fmt.Sprintf("%s in key slot %d", what, i))
+		}
+	}
+	return c
+}
+
+// UnlockCost estimates an Unlock of slot (-1: every keyslot of the data
+// segment): each keyslot's KDF and the digest's PBKDF2.
+func (h *LUKS2) UnlockCost(slot int) Cost {
+	var c Cost
+	try := h.dataSlots()
+	if slot != -1 {
+		try = []int{slot}
+	}
+	d := h.Digests[h.digest]
+	for _, n := range try {
+		k := h.Keyslots[n]
+		if k == nil || k.Type != "luks2" {
+			continue
+		}
+		kdf := KDF{Type: k.KDF.Type, Hash: k.KDF.Hash, Iterations: k.KDF.Iterations, Time: k.KDF.Time, Memory: k.KDF.Memory, CPUs: k.KDF.CPUs}
+		t, mem, what := kdf.cost(k.Area.KeySize)
+		dt, _, _ := KDF{Type: "pbkdf2", Hash: d.Hash, Iterations: d.Iterations}.cost(len(d.Digest))
+		c.add(t+dt, mem, fmt.Sprintf("%s in keyslot %d", what, n))
+	}
+	return c
+}
