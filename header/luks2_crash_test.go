@@ -105,7 +105,9 @@ func TestLUKS2PowerCut(t *testing.T) {
 	}
 	n := 0
 	for seed := range uint64(2) {
-		n += crashPoints(t, area, add, 1+seed, func(img []byte) error { return state(img, []int{0}, []string{"pw0"}, []int{0, 1}, []string{"pw0", "pw1"}) })
+		n += crashPoints(t, area, add, 1+seed, func(img []byte) error {
+			return state(img, []int{0}, []string{"pw0"}, []int{0, 1}, []string{"pw0", "pw1"})
+		})
 	}
 	if n < 200 {
 		t.Errorf("add-key: %d crash points", n)
@@ -120,7 +122,9 @@ func TestLUKS2PowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seed := range uint64(2) {
-		total += crashPoints(t, area, add2, 3+seed, func(img []byte) error { return state(img, []int{0, 1}, []string{"pw0", "pw1"}, []int{0, 1, 2}, []string{"pw0", "pw1", "pw2"}) })
+		total += crashPoints(t, area, add2, 3+seed, func(img []byte) error {
+			return state(img, []int{0, 1}, []string{"pw0", "pw1"}, []int{0, 1, 2}, []string{"pw0", "pw1", "pw2"})
+		})
 	}
 	applyTo(t, area, add2)
 	h = add2.Header.(*LUKS2)
@@ -129,7 +133,9 @@ func TestLUKS2PowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seed := range uint64(2) {
-		total += crashPoints(t, area, kill, 5+seed, func(img []byte) error { return state(img, []int{0, 1, 2}, []string{"pw0", "pw1", "pw2"}, []int{0, 2}, []string{"pw0", "pw2"}) })
+		total += crashPoints(t, area, kill, 5+seed, func(img []byte) error {
+			return state(img, []int{0, 1, 2}, []string{"pw0", "pw1", "pw2"}, []int{0, 2}, []string{"pw0", "pw2"})
+		})
 	}
 	applyTo(t, area, kill)
 	h = kill.Header.(*LUKS2)
