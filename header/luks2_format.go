@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -198,23 +199,51 @@ func luks2KDF(o KDFOptions, hash string, keyBytes int) (KDF, error) {
 // benchmarkArgon2 returns argon2's time cost and memory for iterTime, by
 // cryptsetup's rule: at least 4 passes; when 4 passes over the memory asked
 // for take longer, the memory shrinks (not below 64 MiB), otherwise the
-// passes grow. One pass over up to 64 MiB is timed and scaled.
+// passes grow. A one-pass run over up to 64 MiB gives a first guess; then,
+// as cryptsetup's benchmark does, runs of the candidate itself correct it
+// until one lands within 10% of iterTime (at most four): small runs
+// misjudge large memory, where the caches and the TLB stop helping and
+// fresh pages cost their faults.
 func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime time.Duration) (t, m uint32) {
-	probe := min(mem, argon2BenchMinMem)
 	run := argon2.IDKey
 	if kind == "argon2i" {
 		run = argon2.Key
 	}
-	start := time.Now()
-	clear(run([]byte("foobarfo"), make([]byte, 32), 1, probe, uint8(threads), uint32(keyBytes)))
-	perKiBPass := float64(time.Since(start)) / float64(probe)
-	m = mem
-	if passes := float64(iterTime) / (perKiBPass * float64(m)); passes < argon2MinTime {
-		m = max(min(mem, argon2BenchMinMem), uint32(float64(iterTime)/(perKiBPass*argon2MinTime)))
-		return argon2MinTime, min(m, mem)
+	timed := func(passes, m uint32) float64 {
+		debug.FreeOSMemory() // measure fresh pages, as an unlock in a new process sees them
+		start := time.Now()
+		clear(run([]byte("foobarfo"), make([]byte, 32), passes, m, uint8(threads), uint32(keyBytes)))
+		return max(time.Since(start).Seconds(), 1e-6)
 	}
-	passes := float64(iterTime) / (perKiBPass * float64(m))
-	return uint32(min(passes, 1<<31)), m
+	target := iterTime.Seconds()
+	probe := min(mem, argon2BenchMinMem)
+	perKiB := timed(1, probe) / float64(probe) // per KiB and pass, first pass included
+	t, m = argon2MinTime, mem
+	if est := perKiB * float64(m) * argon2MinTime; est > target {
+		m = uint32(target / (perKiB * argon2MinTime))
+	} else {
+		t = uint32(min(target/(perKiB*float64(m)), 1<<31))
+	}
+	floor := min(mem, argon2BenchMinMem)
+	m = min(mem, max(m, floor))
+	for range 4 {
+		d := timed(t, m)
+		if d > 0.9*target && d < 1.1*target {
+			break
+		}
+		scale := target / d
+		if m < mem || scale < 1 && t == argon2MinTime {
+			// Memory is what gives: scale it, then the passes if it is
+			// at its cap.
+			m = uint32(min(float64(mem), max(float64(floor), float64(m)*scale)))
+			if m == mem && scale > 1 {
+				t = uint32(min(float64(t)*scale, 1<<31))
+			}
+		} else {
+			t = uint32(min(max(float64(t)*scale, argon2MinTime), 1<<31))
+		}
+	}
+	return t, m
 }
 
 // halfRAM is half of MemTotal in KiB, or the argon2 default if unknown.
