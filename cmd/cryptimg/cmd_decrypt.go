@@ -24,7 +24,7 @@ func newDecryptCommand(g *globalOptions) *cobra.Command {
 	var o decryptOptions
 	cmd := &cobra.Command{
 		Use:   "decrypt [flags] INPUT OUTPUT",
-		Short: "Decrypt a LUKS1 or qcow2+LUKS image into a plaintext raw or qcow2 image",
+		Short: "Decrypt a LUKS1, LUKS2 or qcow2+LUKS image into a plaintext raw or qcow2 image",
 		Long: `Decrypt a LUKS1 aes-cbc-essiv image, raw or qcow2+LUKS, made by cryptimg,
 cryptsetup or qemu-img, into a plaintext raw or qcow2 image (by default the
 input's format). Any active key slot may match the key, and any stored
@@ -51,7 +51,7 @@ clusters in qcow2 output).
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")

@@ -88,7 +88,7 @@ func newEncryptCommand(g *globalOptions) *cobra.Command {
 	var o encryptOptions
 	cmd := &cobra.Command{
 		Use:   "encrypt [flags] INPUT OUTPUT",
-		Short: "Encrypt a plaintext raw or qcow2 image into a LUKS1 or qcow2+LUKS image",
+		Short: "Encrypt a plaintext raw or qcow2 image into a LUKS1, LUKS2 or qcow2+LUKS image",
 		Long: `Encrypt a plaintext raw or qcow2 disk image (detected by its magic).
 
 A raw output is a LUKS1 image laid out exactly as "cryptsetup luksFormat

@@ -185,6 +185,7 @@ type addKeyOptions struct {
 	volumeKeyFile string
 	keySlot       int
 	pbkdf         pbkdfOptions
+	priority      string
 }
 
 func newAddKeyCommand(g *globalOptions) *cobra.Command {
@@ -192,7 +193,7 @@ func newAddKeyCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add-key [flags] IMAGE [NEW_KEY_FILE]",
 		Short: "Add a passphrase or key file to a free key slot",
-		Long: `Add a key to a free key slot of a LUKS1 or qcow2+LUKS image, as
+		Long: `Add a key to a free key slot of a LUKS1, LUKS2 or qcow2+LUKS image, as
 "cryptsetup luksAddKey" does. An existing key (--key-file, or a prompt)
 or the volume key (--volume-key-file) unlocks the image; the new key comes
 from --new-key-file, the NEW_KEY_FILE argument, or a prompt (asked twice
@@ -219,6 +220,7 @@ working.
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "unlock with the raw volume key in FILE instead of a passphrase")
 	f.StringVar(&o.volumeKeyFile, "master-key-file", "", "alias of --volume-key-file")
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "put the new key into this slot (default: the first free one)")
+	f.StringVar(&o.priority, "priority", "", "LUKS2: the new slot's priority, ignore, normal or prefer (default normal)")
 	o.pbkdf.addFlags(f)
 	return cmd
 }
@@ -226,6 +228,10 @@ working.
 func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
+	}
+	prio, ok := priorities[o.priority]
+	if o.priority != "" && !ok {
+		return usagef("unknown --priority %q: use ignore, normal or prefer", o.priority)
 	}
 	so, err := o.pbkdf.slotOptions(o.keySlot)
 	if err != nil {
@@ -264,9 +270,21 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 		return err
 	}
 	defer clear(newKey)
+	if o.priority != "" {
+		if _, isLUKS2 := e.Header.(*header.LUKS2); !isLUKS2 {
+			return usagef("--priority needs a LUKS2 image")
+		}
+	}
 	slot, err := e.AddKey(k, newKey, so)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if o.priority != "" && prio != header.PriorityNormal {
+		// A second header update: a crash before it leaves the new slot
+		// working at normal priority.
+		if err := e.Apply(e.Header.(*header.LUKS2).WithPriority(slot, prio)); err != nil {
+			return fmt.Errorf("%s: key slot %d created, but setting its priority failed: %w", path, slot, err)
+		}
 	}
 	info(g, "key slot %d created", slot)
 	return nil
@@ -348,7 +366,7 @@ func newKillSlotCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kill-slot [flags] IMAGE SLOT",
 		Short: "Remove a key slot by number",
-		Long: `Remove key slot SLOT (0-7), as "cryptsetup luksKillSlot" does: the slot is
+		Long: `Remove key slot SLOT (0-7 for LUKS1, 0-31 for LUKS2), as "cryptsetup luksKillSlot" does: the slot is
 disabled in the header, then its key material is overwritten with random
 bytes.
 
@@ -461,7 +479,7 @@ for confirmation on a terminal, and is refused on a non-terminal unless
 	f := cmd.Flags()
 	o.key.addFlags(f)
 	addNewKeyFlags(f, &o.newKey)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try the old key only against this slot (0-7)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try the old key only against this slot (0-7 for LUKS1, 0-31 for LUKS2)")
 	o.pbkdf.addFlags(f)
 	return cmd
 }
@@ -536,7 +554,7 @@ matches, 2 if it does not, 1 if no active slot could be tried.
 		},
 	}
 	o.key.addFlags(cmd.Flags())
-	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7)")
+	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
 	return cmd
 }
 

@@ -391,7 +391,10 @@ func TestLUKS2KeyCommands(t *testing.T) {
 	for _, img := range []string{ours, theirs} {
 		name := filepath.Base(img)
 		mustRun(t, append([]string{"add-key", "-q", "-d", k0, "--new-key-file", k1, "-S", "31"}, append(argon, img)...)...)
-		mustRun(t, "add-key", "-q", "-d", k0, "--new-key-file", k2, "--pbkdf", "pbkdf2", fastIter, img)
+		mustRun(t, "add-key", "-q", "-d", k0, "--new-key-file", k2, "--pbkdf", "pbkdf2", fastIter, "--priority", "prefer", img)
+		if d := sh(t, cs, "luksDump", img); !strings.Contains(d, "Priority:   preferred") {
+			t.Errorf("%s: add-key --priority prefer:\n%s", name, d)
+		}
 		if !opens(img, k1, 31) || !opens(img, k2, 1) || !opens(img, k0, 0) {
 			t.Fatalf("%s: cryptsetup does not open the added slots", name)
 		}
