@@ -152,9 +152,7 @@ func luks2KDF(o KDFOptions, hash string, keyBytes int) (KDF, error) {
 	}
 	switch kind {
 	case "pbkdf2":
-		if o.Memory != 0 || o.Parallel != 0 {
-			return KDF{}, fmt.Errorf("pbkdf2 takes no memory or parallel cost")
-		}
+		// cryptsetup ignores --pbkdf-memory and --pbkdf-parallel here.
 		c := KDF{Type: kind, Hash: hash, Iterations: o.Force}
 		if c.Iterations == 0 {
 			it, _, err := SlotIterations(hash, keyBytes, o.IterTime)
