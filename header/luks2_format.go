@@ -293,56 +293,41 @@ func (k *Keyslot) seal(passphrase, vk []byte, rnd io.Reader) ([]byte, error) {
 // marshalJSON is the metadata as one JSON object, the sections in
 // cryptsetup's order.
 func (h *LUKS2) marshalJSON() ([]byte, error) {
-	section := func(objs map[int]json.RawMessage) (json.RawMessage, error) {
-		m := map[string]json.RawMessage{}
-		for n, b := range objs {
-			m[strconv.Itoa(n)] = b
-		}
-		return json.Marshal(m)
-	}
 	top := maps.Clone(h.extra)
 	if top == nil {
 		top = map[string]json.RawMessage{}
 	}
 	var err error
-	objs := map[int]json.RawMessage{}
-	for n, k := range h.Keyslots {
-		if objs[n], err = overlay(k.rawObject, k); err != nil {
-			return nil, err
-		}
-	}
-	if top["keyslots"], err = section(objs); err != nil {
+	if top["keyslots"], err = section(h.Keyslots, func(k *Keyslot) (json.RawMessage, error) { return overlay(k.rawObject, k) }); err != nil {
 		return nil, err
 	}
-	objs = map[int]json.RawMessage{}
-	for n, t := range h.Tokens {
-		objs[n] = t.Raw
-	}
-	if top["tokens"], err = section(objs); err != nil {
+	if top["tokens"], err = section(h.Tokens, func(t *Token) (json.RawMessage, error) { return t.Raw, nil }); err != nil {
 		return nil, err
 	}
-	objs = map[int]json.RawMessage{}
-	for n, sg := range h.Segments {
-		if objs[n], err = overlay(sg.rawObject, sg); err != nil {
-			return nil, err
-		}
-	}
-	if top["segments"], err = section(objs); err != nil {
+	if top["segments"], err = section(h.Segments, func(s *Segment) (json.RawMessage, error) { return overlay(s.rawObject, s) }); err != nil {
 		return nil, err
 	}
-	objs = map[int]json.RawMessage{}
-	for n, d := range h.Digests {
-		if objs[n], err = overlay(d.rawObject, d); err != nil {
-			return nil, err
-		}
-	}
-	if top["digests"], err = section(objs); err != nil {
+	if top["digests"], err = section(h.Digests, func(d *Digest) (json.RawMessage, error) { return overlay(d.rawObject, d) }); err != nil {
 		return nil, err
 	}
 	if top["config"], err = overlay(h.Config.rawObject, &h.Config); err != nil {
 		return nil, err
 	}
 	return json.Marshal(top)
+}
+
+// section is one section of the metadata: each object as enc writes it,
+// under its number.
+func section[T any](objs map[int]T, enc func(T) (json.RawMessage, error)) (json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	for n, o := range objs {
+		b, err := enc(o)
+		if err != nil {
+			return nil, err
+		}
+		m[strconv.Itoa(n)] = b
+	}
+	return json.Marshal(m)
 }
 
 // marshalCopies returns both metadata copies, 2*HdrSize bytes: each binary

@@ -113,18 +113,7 @@ func TestLUKS2DamagedCopy(t *testing.T) {
 	dir := t.TempDir()
 	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
 	img, plain := luks2Image(t, dir, key, "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
-	flip := func(off int64) {
-		f, err := os.OpenFile(img, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		b := make([]byte, 1)
-		f.ReadAt(b, off)
-		b[0] ^= 0x20
-		f.WriteAt(b, off)
-	}
-	flip(4096 + 10) // inside the primary's JSON
+	flipByte(t, img, 4096+10) // inside the primary's JSON
 	before := fileSHA(t, img)
 	r := mustRun(t, "dump", img)
 	if !strings.Contains(r.stderr, "primary LUKS2 header copy is damaged") {
@@ -138,7 +127,7 @@ func TestLUKS2DamagedCopy(t *testing.T) {
 	if fileSHA(t, img) != before {
 		t.Error("a read-only command wrote to the image")
 	}
-	flip(16384 + 4096 + 10) // the secondary's JSON too
+	flipByte(t, img, 16384+4096+10) // the secondary's JSON too
 	if r := cryptimg(t, "", "dump", img); r.code != exitBadImage {
 		t.Errorf("both copies damaged: exit %d, want %d (%s)", r.code, exitBadImage, r.stderr)
 	}
