@@ -1,7 +1,7 @@
 // Package header reads, writes and unlocks LUKS headers behind one interface,
 // [Header]: LUKS1 (the phdr, the eight key slots, the anti-forensic (AF)
 // splitter and the PBKDF2 key derivation) and LUKS2 (both binary header
-// copies, the JSON metadata, pbkdf2 and argon2 keyslots; read-only so far,
+// copies, the JSON metadata, pbkdf2 and argon2 keyslots; no reencryption yet,
 // files luks2*.go, following cryptsetup's docs/on-disk-format-luks2.pdf and
 // lib/luks2).
 //
