@@ -128,8 +128,7 @@ func (h *LUKS2) UnlockCost(slot int) Cost {
 		if k == nil || k.Type != "luks2" {
 			continue
 		}
-		kdf := KDF{Type: k.KDF.Type, Hash: k.KDF.Hash, Iterations: k.KDF.Iterations, Time: k.KDF.Time, Memory: k.KDF.Memory, CPUs: k.KDF.CPUs}
-		t, mem, what := kdf.cost(k.Area.KeySize)
+		t, mem, what := k.kdf().cost(k.Area.KeySize)
 		dt, _, _ := KDF{Type: "pbkdf2", Hash: d.Hash, Iterations: d.Iterations}.cost(len(d.Digest))
 		c.add(t+dt, mem, fmt.Sprintf("%s in keyslot %d", what, n))
 	}

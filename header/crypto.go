@@ -67,11 +67,23 @@ func checkCipherKey(name, mode string, keyBytes uint32) (*cipher.Mode, error) {
 	return m, nil
 }
 
-// newCipher returns the sector cipher of a header's cipher fields for key.
-func newCipher(name, mode string, key []byte) (cipher.Sector, error) {
-	m, err := cipherMode(name, mode)
+// cryptMaterial encrypts (or decrypts) key material in place with the
+// key-slot cipher spec under dk, in 512-byte sectors with IV sector 0 at the
+// material's start, as both LUKS versions do (cryptsetup keyencryption.c,
+// luks2_keyslot_luks2.c). It clears dk.
+func cryptMaterial(spec string, dk, material []byte, encrypt bool) error {
+	defer clear(dk)
+	m, err := cipher.Parse(spec)
 	if err != nil {
-		return nil, err
+		return &UnsupportedCipherError{Spec: spec}
 	}
-	return m.NewSector(key, cipher.LUKS1)
+	c, err := m.NewSector(dk, cipher.LUKS1)
+	if err != nil {
+		return err
+	}
+	defer c.Clear()
+	if encrypt {
+		return c.EncryptSectors(material, material, 0)
+	}
+	return c.DecryptSectors(material, material, 0)
 }

@@ -118,10 +118,6 @@ func (p Params) withDefaults() (Params, error) {
 	if p.IterTime < 0 {
 		return p, fmt.Errorf("negative iteration time %v", p.IterTime)
 	}
-	argon := p.Version == 2 && p.PBKDF != "pbkdf2" // argon2's time cost is checked with its other costs
-	if p.ForceIterations != 0 && p.ForceIterations < MinIterations && !argon {
-		return p, fmt.Errorf("forced iterations %d below the minimum %d", p.ForceIterations, MinIterations)
-	}
 	if p.UUID != "" {
 		u, err := CanonicalUUID(p.UUID)
 		if err != nil {
@@ -192,6 +188,10 @@ func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area 
 	p, err = p.withDefaults()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	// LUKS2 checks its forced cost with the rest of its KDF (luks2KDF).
+	if p.ForceIterations != 0 && p.ForceIterations < MinIterations {
+		return nil, nil, nil, fmt.Errorf("forced iterations %d below the minimum %d", p.ForceIterations, MinIterations)
 	}
 	slotIter, digestIter := p.ForceIterations, uint32(MinIterations)
 	if p.ForceIterations == 0 {

@@ -38,9 +38,12 @@ func (h *LUKS1) VerifyVolumeKey(vk []byte) bool {
 	return ok
 }
 
-func checkSlotIndex(slot int) error {
-	if slot < 0 || slot >= NumSlots {
-		return fmt.Errorf("key slot %d out of range (0 to %d)", slot, NumSlots-1)
+func checkSlotIndex(slot int) error { return checkSlotRange(slot, NumSlots) }
+
+// checkSlotRange refuses a slot number outside 0..n-1.
+func checkSlotRange(slot, n int) error {
+	if slot < 0 || slot >= n {
+		return fmt.Errorf("key slot %d out of range (0 to %d)", slot, n-1)
 	}
 	return nil
 }
@@ -116,16 +119,7 @@ func (h *LUKS1) openSlot(r io.ReaderAt, base int64, passphrase []byte, i int) ([
 	if err != nil {
 		return nil, fmt.Errorf("key slot %d: %w", i, err)
 	}
-	c, err := newCipher(h.CipherName, h.CipherMode, dk)
-	clear(dk)
-	if err != nil {
-		return nil, fmt.Errorf("key slot %d: %w", i, err)
-	}
-	// The IV sector restarts at 0 at the start of the key material
-	// (cryptsetup keyencryption.c).
-	err = c.DecryptSectors(material, material, 0)
-	c.Clear()
-	if err != nil {
+	if err := cryptMaterial(h.CipherSpec(), dk, material, false); err != nil {
 		return nil, fmt.Errorf("key slot %d: %w", i, err)
 	}
 	vk, err := AFMerge(material, int(h.KeyBytes), Stripes, h.HashSpec)
@@ -191,15 +185,7 @@ func (h *LUKS1) setKeySlot(slot int, passphrase, volumeKey []byte, iterations ui
 		clear(material)
 		return nil, err
 	}
-	c, err := newCipher(h.CipherName, h.CipherMode, dk)
-	clear(dk)
-	if err != nil {
-		clear(material)
-		return nil, err
-	}
-	err = c.EncryptSectors(material, material, 0)
-	c.Clear()
-	if err != nil {
+	if err := cryptMaterial(h.CipherSpec(), dk, material, true); err != nil {
 		clear(material)
 		return nil, err
 	}

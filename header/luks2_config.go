@@ -124,7 +124,7 @@ func (h *LUKS2) putToken(id int, js []byte, slot int, builtin bool) (*Update, in
 	if err := json.Unmarshal(js, &m); err != nil || m == nil {
 		return nil, -1, fmt.Errorf("token JSON is not an object")
 	}
-	t, err := decodeStrict[Token](js)
+	t, err := decodeObject[Token](js)
 	if err != nil || t.Type == "" || m["keyslots"] == nil {
 		return nil, -1, fmt.Errorf("a token needs a string \"type\" and a \"keyslots\" array")
 	}

@@ -7,6 +7,7 @@ package header
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cryptimg/cryptimg/header/cipher"
 	"golang.org/x/crypto/argon2"
 )
 
@@ -93,15 +93,8 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 		return fail(err)
 	}
 
-	k := &Keyslot{Type: "luks2", KeySize: p.KeyBytes}
-	k.AF.Type, k.AF.Stripes, k.AF.Hash = "luks1", Stripes, p.Hash
-	k.Area.Type, k.Area.Offset = "raw", 2*luks2HdrSize
-	k.Area.Size = u64s(roundUp(uint64(p.KeyBytes)*Stripes, 4096))
-	k.Area.Encryption, k.Area.KeySize = p.Cipher, p.KeyBytes
-	k.KDF.Type = kdf.Type
-	k.KDF.Hash, k.KDF.Iterations, k.KDF.Time, k.KDF.Memory, k.KDF.CPUs = kdf.Hash, kdf.Iterations, kdf.Time, kdf.Memory, kdf.CPUs
-	k.KDF.Salt = make([]byte, 32)
-	if _, err := io.ReadFull(p.Rand, k.KDF.Salt); err != nil {
+	k, err := newKeyslot(p.KeyBytes, p.Hash, p.Cipher, 2*luks2HdrSize, kdf, p.Rand)
+	if err != nil {
 		return fail(err)
 	}
 	material, err := k.seal(passphrase, vk, p.Rand)
@@ -270,24 +263,47 @@ func (k *Keyslot) seal(passphrase, vk []byte, rnd io.Reader) ([]byte, error) {
 		return nil, err
 	}
 	dk, err := k.derive(passphrase)
-	if err != nil {
-		clear(material)
-		return nil, err
-	}
-	m, err := cipher.Parse(k.Area.Encryption)
 	if err == nil {
-		var c cipher.Sector
-		if c, err = m.NewSector(dk, cipher.LUKS1); err == nil {
-			err = c.EncryptSectors(material, material, 0)
-			c.Clear()
-		}
+		err = cryptMaterial(k.Area.Encryption, dk, material, true)
 	}
-	clear(dk)
 	if err != nil {
 		clear(material)
 		return nil, err
 	}
 	return material, nil
+}
+
+// keyslotAreaSize is the area of a keyslot for a keyBytes volume key: its
+// key material rounded up to 4096 bytes (cryptsetup).
+func keyslotAreaSize(keyBytes int) uint64 { return roundUp(uint64(keyBytes)*Stripes, 4096) }
+
+// newKeyslot is a luks2 keyslot for a keyBytes volume key: 4000 AF stripes
+// with afHash, its area at off, encrypted with spec, and kdf with a random
+// 32-byte salt from rnd (a pbkdf2 kdf without a hash takes afHash).
+func newKeyslot(keyBytes int, afHash, spec string, off uint64, kdf KDF, rnd io.Reader) (*Keyslot, error) {
+	k := &Keyslot{Type: "luks2", KeySize: keyBytes}
+	k.AF.Type, k.AF.Stripes, k.AF.Hash = "luks1", Stripes, afHash
+	k.Area.Type, k.Area.Offset, k.Area.Size = "raw", u64s(off), u64s(keyslotAreaSize(keyBytes))
+	k.Area.Encryption, k.Area.KeySize = spec, keyBytes
+	k.KDF.Type = kdf.Type
+	switch kdf.Type {
+	case "pbkdf2":
+		k.KDF.Hash, k.KDF.Iterations = cmp.Or(kdf.Hash, afHash), kdf.Iterations
+	case "argon2i", "argon2id":
+		k.KDF.Time, k.KDF.Memory, k.KDF.CPUs = kdf.Time, kdf.Memory, kdf.CPUs
+	default:
+		return nil, fmt.Errorf("unsupported pbkdf %q", kdf.Type)
+	}
+	k.KDF.Salt = make([]byte, 32)
+	if _, err := io.ReadFull(randReader(rnd), k.KDF.Salt); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// kdf is the keyslot's KDF and cost.
+func (k *Keyslot) kdf() KDF {
+	return KDF{Type: k.KDF.Type, Hash: k.KDF.Hash, Iterations: k.KDF.Iterations, Time: k.KDF.Time, Memory: k.KDF.Memory, CPUs: k.KDF.CPUs}
 }
 
 // marshalJSON is the metadata as one JSON object, the sections in

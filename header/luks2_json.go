@@ -205,7 +205,7 @@ func objects[T any](raw map[string]json.RawMessage, section string, max int, dec
 	return out, nil
 }
 
-func decodeStrict[T any](v json.RawMessage) (*T, error) {
+func decodeObject[T any](v json.RawMessage) (*T, error) {
 	t := new(T)
 	if err := json.Unmarshal(v, t); err != nil {
 		return nil, err
@@ -255,17 +255,17 @@ func parseLUKS2(b *luks2Bin, size int64) (*LUKS2, error) {
 	if len(all) > 0 {
 		h.extra = all
 	}
-	if h.Keyslots, err = objects(top.Keyslots, "keyslot", luks2MaxSlots, decodeStrict[Keyslot]); err != nil {
+	if h.Keyslots, err = objects(top.Keyslots, "keyslot", luks2MaxSlots, decodeObject[Keyslot]); err != nil {
 		return nil, err
 	}
-	if h.Segments, err = objects(top.Segments, "segment", luks2MaxSlots, decodeStrict[Segment]); err != nil {
+	if h.Segments, err = objects(top.Segments, "segment", luks2MaxSlots, decodeObject[Segment]); err != nil {
 		return nil, err
 	}
-	if h.Digests, err = objects(top.Digests, "digest", luks2MaxSlots, decodeStrict[Digest]); err != nil {
+	if h.Digests, err = objects(top.Digests, "digest", luks2MaxSlots, decodeObject[Digest]); err != nil {
 		return nil, err
 	}
 	if h.Tokens, err = objects(top.Tokens, "token", luks2MaxSlots, func(v json.RawMessage) (*Token, error) {
-		t, err := decodeStrict[Token](v)
+		t, err := decodeObject[Token](v)
 		if err == nil {
 			t.Raw = v
 		}

@@ -44,10 +44,6 @@ func (h *LUKS2) openSlot(r io.ReaderAt, base int64, passphrase []byte, n int) ([
 	if len(k.KDF.Salt) != 32 {
 		return nil, fmt.Errorf("keyslot %d: kdf salt of %d bytes, want 32", n, len(k.KDF.Salt))
 	}
-	m, err := cipher.Parse(k.Area.Encryption)
-	if err != nil {
-		return nil, &UnsupportedCipherError{Spec: k.Area.Encryption}
-	}
 	material := make([]byte, afSectors(uint64(k.KeySize), Stripes)*SectorSize)
 	defer clear(material)
 	if n, err := r.ReadAt(material, base+int64(k.Area.Offset)); n < len(material) {
@@ -56,18 +52,14 @@ func (h *LUKS2) openSlot(r io.ReaderAt, base int64, passphrase []byte, n int) ([
 		}
 		return nil, fmt.Errorf("reading keyslot %d: %w", n, err)
 	}
+	if _, err := cipher.Parse(k.Area.Encryption); err != nil {
+		return nil, &UnsupportedCipherError{Spec: k.Area.Encryption} // before the KDF's cost
+	}
 	dk, err := k.derive(passphrase)
 	if err != nil {
 		return nil, fmt.Errorf("keyslot %d: %w", n, err)
 	}
-	c, err := m.NewSector(dk, cipher.LUKS1)
-	clear(dk)
-	if err != nil {
-		return nil, fmt.Errorf("keyslot %d: %w", n, err)
-	}
-	err = c.DecryptSectors(material, material, 0)
-	c.Clear()
-	if err != nil {
+	if err := cryptMaterial(k.Area.Encryption, dk, material, false); err != nil {
 		return nil, fmt.Errorf("keyslot %d: %w", n, err)
 	}
 	vk, err := AFMerge(material, k.KeySize, Stripes, k.AF.Hash)
@@ -197,12 +189,7 @@ func (h *LUKS2) FirstFreeSlot() int {
 }
 
 // CheckSlot returns an error for a slot outside 0..31.
-func (h *LUKS2) CheckSlot(slot int) error {
-	if slot < 0 || slot >= luks2MaxSlots {
-		return fmt.Errorf("key slot %d out of range (0 to %d)", slot, luks2MaxSlots-1)
-	}
-	return nil
-}
+func (h *LUKS2) CheckSlot(slot int) error { return checkSlotRange(slot, luks2MaxSlots) }
 
 // VerifyVolumeKey checks vk against the data segment's digest.
 func (h *LUKS2) VerifyVolumeKey(vk []byte) bool {

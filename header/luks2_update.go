@@ -10,6 +10,7 @@ package header
 // wiped after the copies that drop it.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,7 +91,7 @@ func (h *LUKS2) freeArea(size uint64) (uint64, error) {
 	for _, k := range h.Keyslots {
 		used = append(used, span{uint64(k.Area.Offset), uint64(k.Area.Offset) + uint64(k.Area.Size)})
 	}
-	slices.SortFunc(used, func(a, b span) int { return int(int64(a.lo - b.lo)) })
+	slices.SortFunc(used, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	off := lo
 	for _, u := range used {
 		if off+size <= u.lo {
@@ -102,34 +103,6 @@ func (h *LUKS2) freeArea(size uint64) (uint64, error) {
 		return 0, fmt.Errorf("no room for a %d-byte keyslot area in the %d-byte keyslots area", size, h.Config.KeyslotsSize)
 	}
 	return off, nil
-}
-
-// newKeyslot is the keyslot AddSlot writes: the data segment's cipher and
-// key size, 4000 AF stripes with the digest's hash, the area first fit.
-func (h *LUKS2) newKeyslot(kdf KDF) (*Keyslot, error) {
-	kb := h.keyBytes()
-	k := &Keyslot{Type: "luks2", KeySize: kb}
-	k.AF.Type, k.AF.Stripes, k.AF.Hash = "luks1", Stripes, h.Digests[h.digest].Hash
-	size := roundUp(uint64(kb)*Stripes, 4096)
-	off, err := h.freeArea(size)
-	if err != nil {
-		return nil, err
-	}
-	k.Area.Type, k.Area.Offset, k.Area.Size = "raw", u64s(off), u64s(size)
-	k.Area.Encryption, k.Area.KeySize = h.data().Encryption, kb
-	k.KDF.Type = kdf.Type
-	switch kdf.Type {
-	case "pbkdf2":
-		k.KDF.Hash, k.KDF.Iterations = kdf.Hash, kdf.Iterations
-		if k.KDF.Hash == "" {
-			k.KDF.Hash = k.AF.Hash
-		}
-	case "argon2i", "argon2id":
-		k.KDF.Time, k.KDF.Memory, k.KDF.CPUs = kdf.Time, kdf.Memory, kdf.CPUs
-	default:
-		return nil, fmt.Errorf("unsupported pbkdf %q", kdf.Type)
-	}
-	return k, nil
 }
 
 // AddSlot puts passphrase into the unused keyslot slot, bound to the data
@@ -148,12 +121,15 @@ func (h *LUKS2) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.
 	if !h.VerifyVolumeKey(volumeKey) {
 		return nil, fmt.Errorf("header: the volume key does not match the digest")
 	}
-	k, err := h.newKeyslot(kdf)
+	// The data segment's cipher and key size, AF with the digest's hash,
+	// the area first fit.
+	kb := h.keyBytes()
+	off, err := h.freeArea(keyslotAreaSize(kb))
 	if err != nil {
 		return nil, err
 	}
-	k.KDF.Salt = make([]byte, 32)
-	if _, err := io.ReadFull(randReader(rnd), k.KDF.Salt); err != nil {
+	k, err := newKeyslot(kb, h.Digests[h.digest].Hash, h.data().Encryption, off, kdf, rnd)
+	if err != nil {
 		return nil, err
 	}
 	material, err := k.seal(passphrase, volumeKey, randReader(rnd))
@@ -240,7 +216,7 @@ func (h *LUKS2) WipeSlot(slot int, rnd io.Reader) (*Update, error) {
 	if h.Keyslots[slot] != nil {
 		panic("header: internal error: wiping an active key slot")
 	}
-	size := roundUp(uint64(h.keyBytes())*Stripes, 4096)
+	size := keyslotAreaSize(h.keyBytes())
 	off, err := h.freeArea(size)
 	if err != nil {
 		return nil, err

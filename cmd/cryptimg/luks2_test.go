@@ -271,6 +271,18 @@ func TestKernelLUKS2(t *testing.T) {
 	}
 }
 
+// csFormatLUKS2 makes a size-byte file at path and runs cryptsetup
+// luksFormat --type luks2 on it with key and opts; it returns path.
+func csFormatLUKS2(t *testing.T, cs, path, key string, size int64, opts ...string) string {
+	t.Helper()
+	writeFile(t, path, "")
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, cs, append(append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file", key}, opts...), path)...)
+	return path
+}
+
 // luks2Shape is a LUKS2 image's metadata with what is random or measured
 // (salts, digests, digest iterations) masked.
 func luks2Shape(t *testing.T, cs, img string) string {
@@ -313,10 +325,7 @@ func TestLUKS2Encrypt(t *testing.T) {
 			plain := randomFile(t, dir, "plain.raw", 4<<20)
 			ours := filepath.Join(dir, "ours.luks2")
 			mustRun(t, append(append([]string{"encrypt", "-d", key, "--type", "luks2"}, c.opts...), plain, ours)...)
-			theirs := filepath.Join(dir, "theirs.luks2")
-			writeFile(t, theirs, "")
-			os.Truncate(theirs, 20<<20)
-			sh(t, cs, append(append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file", key}, c.opts...), theirs)...)
+			theirs := csFormatLUKS2(t, cs, filepath.Join(dir, "theirs.luks2"), key, 20<<20, c.opts...)
 			if a, b := luks2Shape(t, cs, ours), luks2Shape(t, cs, theirs); a != b {
 				t.Errorf("metadata differs from cryptsetup's:\n%s\nwant\n%s", a, b)
 			}
@@ -372,10 +381,7 @@ func TestLUKS2KeyCommands(t *testing.T) {
 	plain := randomFile(t, dir, "plain.raw", 1<<20)
 	ours := filepath.Join(dir, "ours.luks2")
 	mustRun(t, "encrypt", "-d", k0, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, plain, ours)
-	theirs := filepath.Join(dir, "theirs.luks2")
-	writeFile(t, theirs, "")
-	os.Truncate(theirs, 20<<20)
-	sh(t, cs, append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file", k0}, append(argon, theirs)...)...)
+	theirs := csFormatLUKS2(t, cs, filepath.Join(dir, "theirs.luks2"), k0, 20<<20, argon...)
 
 	for _, img := range []string{ours, theirs} {
 		name := filepath.Base(img)
@@ -516,11 +522,8 @@ func TestLUKS2MetadataSizes(t *testing.T) {
 	dir := t.TempDir()
 	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
 	for _, size := range []string{"16k", "32k", "64k", "128k", "256k", "512k", "1m", "2m", "4m"} {
-		img := filepath.Join(dir, size+".luks2")
-		writeFile(t, img, "")
-		os.Truncate(img, 32<<20)
-		sh(t, cs, "luksFormat", "--type", "luks2", "--batch-mode", "--key-file", key, "--luks2-metadata-size", size,
-			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", img)
+		img := csFormatLUKS2(t, cs, filepath.Join(dir, size+".luks2"), key, 32<<20, "--luks2-metadata-size", size,
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
 		if got, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); got != want {
 			t.Errorf("%s: dump differs from luksDump:\n%s\nwant:\n%s", size, got, want)
 		}
