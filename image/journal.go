@@ -104,6 +104,7 @@ const (
 	OpReencrypt Op = 1 + iota
 	OpEncrypt
 	OpDecrypt
+	OpConvert
 )
 
 func (o Op) String() string {
@@ -114,6 +115,8 @@ func (o Op) String() string {
 		return "in-place encryption"
 	case OpDecrypt:
 		return "in-place decryption"
+	case OpConvert:
+		return "conversion"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -174,7 +177,7 @@ type state struct {
 	ImageSize int64 // image size when the operation started
 	FinalSize int64 // image size when it is done
 	DataLen   int64 // bytes of data the windows cover
-	Shift     int64 // payload offset in bytes (in-place encrypt/decrypt)
+	Shift     int64 // payload offset in bytes (in-place encrypt/decrypt); convert: offset of the old LUKS2 header's second copy, or 0
 	Window    int64 // bytes per durable step
 	Windows   int64 // number of windows
 	RecordLen int64 // bytes per progress record
@@ -223,7 +226,7 @@ func parseState(b []byte) (*state, bool) {
 	s.ImageSize, s.FinalSize, s.DataLen, s.Shift, s.Window, s.Windows, s.RecordLen, s.BlobOff, s.BlobLen, s.HdrOff, s.Sec0Off =
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
 	copy(s.BlobSum[:], b[160:192])
-	if s.Op < OpReencrypt || s.Op > OpDecrypt || (s.Phase != phaseData && s.Phase != phaseFinish) ||
+	if s.Op < OpReencrypt || s.Op > OpConvert || (s.Phase != phaseData && s.Phase != phaseFinish) ||
 		s.Window <= 0 || s.Window%SectorSize != 0 || s.RecordLen < recordHead+32 || s.BlobOff < recordsOff+2*s.RecordLen ||
 		s.BlobLen < 0 || s.DataLen < 0 || s.Windows != ceilDiv(s.DataLen, s.Window) {
 		return nil, false

@@ -141,6 +141,7 @@ type the passphrase at the terminal prompt.
 		newConfigCommand(g),
 		newTokenCommand(g),
 		newRepairCommand(g),
+		newConvertCommand(g),
 		newLsCommand(g),
 		newCatCommand(g),
 		newOpenCommand(g),
