@@ -224,7 +224,11 @@ func (h *LUKS1) slotOrder() []int {
 // [Parse] it verifies that every slot's key material lies within size bytes
 // (cryptsetup's "device is too small"), giving ErrCorrupt otherwise. I/O
 // errors are returned wrapped.
-func Read(r io.ReaderAt, base, size int64) (Header, error) {
+func Read(r io.ReaderAt, base, size int64) (Header, error) { return read(r, base, size, false) }
+
+// read is Read; with marked, a LUKS2 header marked busy is returned rather
+// than refused (a LUKS1 mark is undone by ReadMarked's reader).
+func read(r io.ReaderAt, base, size int64, marked bool) (Header, error) {
 	if base < 0 || size < 0 {
 		return nil, fmt.Errorf("header: negative offset %d or size %d", base, size)
 	}
@@ -244,6 +248,9 @@ func Read(r io.ReaderAt, base, size int64) (Header, error) {
 		l2, err := readLUKS2(r, base, size)
 		if err != nil {
 			return nil, err
+		}
+		if l2.busy && !marked {
+			return nil, ErrMarked
 		}
 		h, end = l2, l2.Info().AreaSize
 	} else {

@@ -9,8 +9,7 @@ import (
 
 // Header is a parsed LUKS header, whatever its version: what package image
 // and the CLI need of one. [*LUKS1] and [*LUKS2] implement it; the
-// version-specific fields (for a dump) are on the concrete types. LUKS2's
-// changes return ErrLUKS2ReadOnly so far.
+// version-specific fields (for a dump) are on the concrete types.
 //
 // Every method that changes the header returns an [*Update]: the writes and
 // syncs in the order the format commits them, and the header they leave.
@@ -74,6 +73,16 @@ type Header interface {
 	// area (at least room bytes are never needed: a header that does not
 	// fit in room bytes is an error). The caller clears volumeKey and area.
 	Rekey(p Params, keep map[int][]byte, room int64) (h Header, volumeKey, area []byte, err error)
+	// Mark marks the header in place as busy with an unfinished
+	// operation, so that cryptsetup, qemu and cryptimg's other commands
+	// refuse the image (ErrMarked) while its data is neither old nor new.
+	// It is idempotent: a marked header (read with ReadMarked) needs no
+	// writes.
+	Mark() (*Update, error)
+	// Install writes area, the complete header area of the receiver as
+	// Rekey made it, over the marked header it replaces, in an order that
+	// leaves the marked old header or the new one at every crash point.
+	Install(area []byte) *Update
 }
 
 // MaxSlots is the most key slots any supported LUKS version has, for

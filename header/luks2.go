@@ -63,8 +63,6 @@ type luks2Bin struct {
 // its data is partly under the old key and partly under the new one.
 var ErrLUKS2Reencrypt = errors.New("the LUKS2 header records an unfinished cryptsetup reencryption; finish it with cryptsetup reencrypt --resume-only first")
 
-// ErrLUKS2ReadOnly reports a LUKS2 change cryptimg does not make yet.
-var ErrLUKS2ReadOnly = errors.New("reencrypting LUKS2 images is not supported yet")
 
 // readLUKS2Copy reads and checks the header copy at off (0 for the
 // primary): magic, version, hdr_offset, size, checksum and the JSON area's

@@ -78,18 +78,8 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 		return nil, nil, nil, err
 	}
 
-	d := &Digest{Type: "pbkdf2", Keyslots: []string{"0"}, Segments: []string{"0"}, Hash: p.Hash,
-		Iterations: MinIterations, Salt: make([]byte, 32)}
-	if p.ForceIterations == 0 {
-		if d.Iterations, _, err = SlotIterations(p.Hash, p.KeyBytes, mkDigestTime); err != nil {
-			return fail(err)
-		}
-	}
-	if _, err := io.ReadFull(p.Rand, d.Salt); err != nil {
-		return fail(err)
-	}
-	hf, _ := hashFunc(p.Hash) // withDefaults checked it
-	if d.Digest, err = deriveKey(p.Hash, vk, d.Salt, d.Iterations, hf().Size()); err != nil {
+	d, err := newDigest(p, vk, []string{"0"}, "0")
+	if err != nil {
 		return fail(err)
 	}
 
@@ -125,6 +115,28 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 		return fail(fmt.Errorf("header: internal error: the LUKS2 header made does not read back: %w", err))
 	}
 	return got, vk, area, nil
+}
+
+// newDigest is the pbkdf2 digest of vk for keyslots and segment, worth
+// 125 ms (MinIterations when p forces iterations), as cryptsetup makes it.
+// p has its defaults.
+func newDigest(p Params, vk []byte, keyslots []string, segment string) (*Digest, error) {
+	d := &Digest{Type: "pbkdf2", Keyslots: keyslots, Segments: []string{segment}, Hash: p.Hash,
+		Iterations: MinIterations, Salt: make([]byte, 32)}
+	var err error
+	if p.ForceIterations == 0 {
+		if d.Iterations, _, err = SlotIterations(p.Hash, p.KeyBytes, mkDigestTime); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := io.ReadFull(p.Rand, d.Salt); err != nil {
+		return nil, err
+	}
+	hf, _ := hashFunc(p.Hash) // withDefaults checked it
+	if d.Digest, err = deriveKey(p.Hash, vk, d.Salt, d.Iterations, hf().Size()); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // luks2KDF returns the keyslot KDF of p: forced, or benchmarked for

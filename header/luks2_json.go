@@ -174,6 +174,7 @@ type LUKS2 struct {
 	seg       int                        // the data segment
 	digest    int                        // its digest
 	reencrypt string                     // the reencryption requirement, if any
+	busy      bool                       // marked by an unfinished cryptimg operation (busyRequirement)
 }
 
 // unfinished refuses access to the data of an image in mid-reencryption.
@@ -284,6 +285,10 @@ func parseLUKS2(b *luks2Bin, size int64) (*LUKS2, error) {
 func (h *LUKS2) validate(size int64) error {
 	if r := h.Config.Requirements; r != nil {
 		for _, m := range r.Mandatory {
+			if m == busyRequirement {
+				h.busy = true
+				continue
+			}
 			if slices.Contains(reencryptRequirements, m) {
 				h.reencrypt = m
 			}

@@ -226,9 +226,5 @@ func (h *LUKS2) SlotKDF(o KDFOptions) (KDF, error) {
 	return luks2KDF(o, h.Digests[h.digest].Hash, h.keyBytes())
 }
 
-// Rekey (reencryption of LUKS2) is not implemented yet.
-func (h *LUKS2) Rekey(Params, map[int][]byte, int64) (Header, []byte, []byte, error) {
-	return nil, nil, nil, ErrLUKS2ReadOnly
-}
 
 var _ Header = (*LUKS2)(nil)

@@ -2,6 +2,9 @@ package header
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 )
 
@@ -11,8 +14,9 @@ import (
 // same marking for its own unfinished operations.
 var markedMagic = [6]byte{'L', 'U', 'K', 'S', 0xDE, 0xAD}
 
-// ErrMarked reports a header whose magic is LUKS\xde\xad: an unfinished
-// reencryption, in-place encryption or decryption. It also matches
+// ErrMarked reports a header marked by an unfinished reencryption,
+// in-place encryption or decryption, or conversion: the magic
+// LUKS\xde\xad, or a LUKS2 header with the busy requirement. It also matches
 // ErrNotLUKS with errors.Is, since cryptsetup treats such a header as not
 // LUKS.
 var ErrMarked error = markedError{}
@@ -20,7 +24,7 @@ var ErrMarked error = markedError{}
 type markedError struct{}
 
 func (markedError) Error() string {
-	return "busy: the image is marked by an unfinished reencryption, in-place encryption or decryption (magic LUKS\\xde\\xad); running the same operation again finishes it"
+	return "busy: the image is marked by an unfinished reencryption, in-place operation or conversion (magic LUKS\\xde\\xad, or the LUKS2 requirement " + busyRequirement + "); running the same operation again finishes it"
 }
 
 // Is matches ErrNotLUKS as well as ErrMarked itself.
@@ -54,7 +58,58 @@ func Unmark(b []byte) {
 // unfinished operation: a marked magic reads as the LUKS magic, so the
 // header behind the mark is parsed and validated as usual.
 func ReadMarked(r io.ReaderAt, base, size int64) (Header, error) {
-	return Read(unmarkReader{r: r, base: base}, base, size)
+	return read(unmarkReader{r: r, base: base}, base, size, true)
+}
+
+// Marked reports whether the header at base carries the mark of an
+// unfinished operation: the LUKS\xde\xad magic, or a LUKS2 header whose
+// copy in use has the busy requirement. A header that does not read is
+// not marked; only I/O errors are returned.
+func Marked(r io.ReaderAt, base, size int64) (bool, error) {
+	var b [8]byte
+	n, err := r.ReadAt(b[:], base)
+	if n < len(b) {
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, fmt.Errorf("reading LUKS header: %w", err)
+		}
+		return false, nil
+	}
+	if IsMarked(b[:]) {
+		return true, nil
+	}
+	if !IsLUKSMagic(b[:]) || binary.BigEndian.Uint16(b[offVersion:]) != 2 {
+		return false, nil
+	}
+	h, err := readLUKS2(r, base, size)
+	if err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotLUKS) {
+			return false, nil
+		}
+		return false, err
+	}
+	return h.busy, nil
+}
+
+// Mark is the update that marks h in place as busy with an unfinished
+// operation: the LUKS\xde\xad magic over its first bytes. Run it before
+// the image stops being what h says; Install ends the mark.
+func (h *LUKS1) Mark() (*Update, error) {
+	return &Update{Writes: []Write{{Offset: 0, Data: bytes.Clone(markedMagic[:]), What: "image marker", Sync: true}}, Header: h}, nil
+}
+
+// Install is the update that writes area, the complete header area of h
+// (from Rekey), over a marked header: everything but the first sector,
+// then the first sector still marked, then with the real magic, so the
+// image is marked until the last write.
+func (h *LUKS1) Install(area []byte) *Update {
+	first := bytes.Clone(area[:SectorSize])
+	Mark(first)
+	return &Update{Writes: []Write{
+		{Offset: SectorSize, Data: area[SectorSize:], What: "header"},
+		{Offset: 0, Data: first, What: "header", Sync: true},
+		{Offset: 0, Data: area[:SectorSize], What: "header", Sync: true},
+	}, Header: h}
 }
 
 // unmarkReader reads r, with a LUKS\xde\xad magic at base read as LUKS\xba\xbe.

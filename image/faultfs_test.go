@@ -15,7 +15,7 @@ import (
 // simulated crash every operation since the file's last sync is replayed in
 // order, each 512-byte piece of a write (and each truncate) surviving or
 // not at random, so unsynced writes may be lost, torn at sector
-// granularity, or reordered with each other. It can also fail the n-th
+// granularity (atom), or reordered with each other. It can also fail the n-th
 // read (EIO) or the n-th write (ENOSPC).
 type faultDisk struct {
 	mu    sync.Mutex // the operations may be called from several goroutines
@@ -25,6 +25,8 @@ type faultDisk struct {
 	ops     int // mutating operations so far (WriteAt, Truncate, Sync, Create, Remove)
 	crashAt int // crash before mutating operation crashAt; 0 = never
 	crashed bool
+
+	atom int64 // bytes a write keeps or loses together at a crash; 0 means 512
 
 	reads, writes         int
 	failReadAt, failWrite int // fail the n-th read/write; 0 = never
@@ -71,6 +73,10 @@ func (d *faultDisk) add(name string, content []byte) *faultFile {
 // crash applies the power loss and clears the crash trigger.
 func (d *faultDisk) crash() {
 	q := []float64{0, 0.5, 1}[d.rng.IntN(3)]
+	atom := d.atom
+	if atom == 0 {
+		atom = 512
+	}
 	for _, f := range d.files {
 		s := f.durable
 		for _, p := range f.pending {
@@ -81,8 +87,8 @@ func (d *faultDisk) crash() {
 				continue
 			}
 			for o := int64(0); o < int64(len(p.data)); {
-				// The piece up to the next 512-byte boundary.
-				end := min(int64(len(p.data)), (p.off+o)/512*512+512-p.off)
+				// The piece up to the next atom boundary.
+				end := min(int64(len(p.data)), (p.off+o)/atom*atom+atom-p.off)
 				if d.rng.Float64() < q {
 					if need := p.off + end; int64(len(s)) < need {
 						s = resize(s, need)

@@ -442,10 +442,14 @@ func loadJournal(img File, js JournalStore, removeStale bool) (*journal, error) 
 	return &journal{s: s, st: st}, nil
 }
 
-// imageMarked reports whether the image has a LUKS\xde\xad header at the
-// start or, for qcow2, in its LUKS area.
+// imageMarked reports whether the image has a marked header (LUKS\xde\xad,
+// or LUKS2's busy requirement) at the start or, for qcow2, in its LUKS area.
 func imageMarked(img File) (bool, error) {
-	if m, err := isMarkedAt(img, 0); m || err != nil {
+	size, err := storageSize(img)
+	if err != nil {
+		return false, err
+	}
+	if m, err := header.Marked(img, 0, size); m || err != nil {
 		return m, err
 	}
 	return isQcow2Marked(img)

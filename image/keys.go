@@ -159,7 +159,10 @@ func (e *Encrypted) pickSlot(slot int) (int, error) {
 
 // applyUpdate carries out a header update, in the format's order, on the
 // LUKS area at base in f.
-func applyUpdate(f rwFile, base int64, u *header.Update) error {
+func applyUpdate(f interface {
+	io.WriterAt
+	Sync() error
+}, base int64, u *header.Update) error {
 	for _, w := range u.Writes {
 		if _, err := f.WriteAt(w.Data, base+w.Offset); err != nil {
 			return fmt.Errorf("failed to write %s: %w", w.What, err)

@@ -1,7 +1,7 @@
 package image
 
-// Reencryption: a new volume key for a raw LUKS1 or qcow2+LUKS image, in
-// place. See docs/REENCRYPT.md for the design.
+// Reencryption: a new volume key for a raw LUKS1 or LUKS2 image or a
+// qcow2+LUKS image, in place. See docs/REENCRYPT.md for the design.
 
 import (
 	"bytes"
@@ -31,10 +31,14 @@ type ReencryptOptions struct {
 	Cipher   string
 	KeyBytes int
 	Hash     string
-	// IterTime and ForceIterations set the PBKDF2 cost of the new slots,
-	// as for header.Params.
+	// IterTime and ForceIterations set the KDF cost of the new slots, and
+	// PBKDF, PBKDFMemory and PBKDFParallel a LUKS2 image's KDF, as for
+	// header.Params.
 	IterTime        time.Duration
 	ForceIterations uint32
+	PBKDF           string
+	PBKDFMemory     uint32
+	PBKDFParallel   uint32
 	// Confirm, if set, is called on a fresh start, before anything is
 	// written, with the slots that will be removed; an error aborts.
 	Confirm func(removed []int) error
@@ -196,16 +200,13 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 		if total != st.DataLen {
 			return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
 		}
-		// Mark the image (idempotent): the old phdr with LUKS\xde\xad.
-		sec := make([]byte, SectorSize)
-		if _, err := img.ReadAt(sec, loc.off); err != nil {
-			return nil, fmt.Errorf("failed to read LUKS header: %w", err)
+		// Mark the image (idempotent): LUKS1's magic, LUKS2's requirement.
+		if err := applyMark(img, loc.off, oh); err != nil {
+			return nil, err
 		}
-		if !header.IsMarked(sec) {
-			header.Mark(sec)
-			if err := writeSyncAt(img, sec, loc.off, "image marker"); err != nil {
-				return nil, err
-			}
+		ss := int64(oh.Info().SectorSize)
+		if st.DataLen%ss != 0 || st.Window%ss != 0 {
+			return nil, fmt.Errorf("%w: %d bytes of data in %d-byte windows do not make whole %d-byte sectors", ErrTruncated, st.DataLen, st.Window, ss)
 		}
 		t := func(d, s []byte, first uint64) error {
 			if err := oldC.DecryptSectors(d, s, first); err != nil {
@@ -226,7 +227,9 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			return w, b, nil
 		}
 		convert := func(ctx context.Context, w []sectors.Extent, b []byte, progress func(int64)) error {
-			if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, runOpts(o.Pipeline, progress)); err != nil {
+			ro := runOpts(o.Pipeline, progress)
+			ro.SectorSize = int(ss)
+			if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, ro); err != nil {
 				return err
 			}
 			return syncErr(img, "image")
@@ -288,35 +291,30 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 			// A sector whose first bytes are still the old ciphertext's
 			// was not rewritten; every other one already holds new data.
+			// (A sector of the cipher's size is written whole or not at
+			// all, as cryptsetup's checksum resilience assumes too.)
 			var todo []sectors.Extent
 			for _, e := range w {
-				for s := e.SrcOffset; s < e.SrcOffset+e.Length; s += SectorSize {
+				for s := e.SrcOffset; s < e.SrcOffset+e.Length; s += ss {
 					i := s / SectorSize
 					if !bytes.Equal(b[s:s+fpSize], r.FP[i*fpSize:(i+1)*fpSize]) {
 						continue
 					}
 					d := s - e.SrcOffset
 					if n := len(todo); n > 0 && todo[n-1].SrcOffset+todo[n-1].Length == s && todo[n-1].DstOffset+todo[n-1].Length == e.DstOffset+d {
-						todo[n-1].Length += SectorSize
+						todo[n-1].Length += ss
 						continue
 					}
-					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: SectorSize, Sector: ivAfter(e.Sector, d)})
+					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: ss, Sector: ivAfter(e.Sector, d)})
 				}
 			}
 			return convert(ctx, todo, b, nil)
 		}
 	}
 	c.finish = func() error {
-		// The whole new area, phdr still marked, then the magic.
-		first := bytes.Clone(area[:SectorSize])
-		header.Mark(first)
-		if _, err := img.WriteAt(area[SectorSize:], st.HdrOff+SectorSize); err != nil {
-			return fmt.Errorf("failed to write header: %w", err)
-		}
-		if err := writeSyncAt(img, first, st.HdrOff, "header"); err != nil {
-			return err
-		}
-		if err := writeSyncAt(img, area[:SectorSize], st.HdrOff, "header"); err != nil {
+		// The whole new area over the marked old header, in the format's
+		// order; the image stays marked until the new header is whole.
+		if err := applyUpdate(img, st.HdrOff, nh.Install(area)); err != nil {
 			return err
 		}
 		return complete(j, js)
@@ -325,6 +323,15 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 		return nil, err
 	}
 	return &Result{Op: OpReencrypt, Format: loc.format, Header: nh, Bytes: st.DataLen, Resumed: resumed, Kept: kept, Removed: removed}, nil
+}
+
+// applyMark marks the header h at base busy; idempotent.
+func applyMark(img File, base int64, h header.Header) error {
+	u, err := h.Mark()
+	if err != nil {
+		return err
+	}
+	return applyUpdate(img, base, u)
 }
 
 // reencryptCiphers unlocks the old key from the image and the new one from
@@ -399,6 +406,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	p := header.Params{
 		Cipher: oi.Cipher, Hash: oi.Hash, KeyBytes: oi.KeyBytes,
 		IterTime: o.IterTime, ForceIterations: o.ForceIterations,
+		PBKDF: o.PBKDF, PBKDFMemory: o.PBKDFMemory, PBKDFParallel: o.PBKDFParallel,
 		UUID: oi.UUID, Rand: o.Rand,
 	}
 	if o.Hash != "" {
@@ -421,6 +429,9 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	}
 	clear(vk)
 	w := o.window(0)
+	if ss := int64(oi.SectorSize); w%ss != 0 {
+		w = max(ss, w-w%ss)
+	}
 	st := &state{
 		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,
 		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.off,

@@ -65,6 +65,70 @@ func testLUKS(t testing.TB, rng *rand.Rand, plain []byte, keyBytes int, passes .
 	return out
 }
 
+// testLUKS2 encrypts plain into a raw LUKS2 image in memory: aes-xts-plain64
+// with ss-byte sectors, label "crash", passes in keyslots 0, 1, ..., and a
+// keyring token bound to keyslot 1 if there is one.
+func testLUKS2(t testing.TB, rng *rand.Rand, plain []byte, ss int, passes ...[]byte) []byte {
+	t.Helper()
+	p := testParams(rng)
+	p.Version, p.PBKDF, p.SectorSize, p.Cipher, p.Label = 2, "pbkdf2", ss, "aes-xts-plain64", "crash"
+	h, vk, area, err := header.Format(passes[0], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := make([]byte, len(area)+len(plain))
+	copy(img, area)
+	apply := func(u *header.Update, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range u.Writes {
+			copy(img[w.Offset:], w.Data)
+		}
+		h = u.Header
+	}
+	for i, pass := range passes[1:] {
+		apply(h.AddSlot(i+1, pass, vk, header.KDF{Type: "pbkdf2", Iterations: 1000}, p.Rand))
+	}
+	if len(passes) > 1 {
+		u, _, err := h.(*header.LUKS2).AddKeyringToken(0, "crash-test", 1)
+		apply(u, err)
+	}
+	c, err := h.NewSectorCipher(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EncryptSectors(img[len(area):], plain, 0); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// testDecryptAny returns the plaintext of a raw LUKS image of either
+// version and its header.
+func testDecryptAny(t testing.TB, img, pass []byte) ([]byte, header.Header) {
+	t.Helper()
+	h, err := header.Read(bytes.NewReader(img), 0, int64(len(img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vk, _, err := h.Unlock(bytes.NewReader(img), 0, pass, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.NewSectorCipher(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.Info().PayloadOffset
+	out := make([]byte, int64(len(img))-p)
+	if err := c.DecryptSectors(out, img[p:], 0); err != nil {
+		t.Fatal(err)
+	}
+	return out, h
+}
+
 // testDecrypt returns the plaintext of a raw LUKS1 image and its header.
 func testDecrypt(t testing.TB, img, pass []byte) ([]byte, *header.LUKS1) {
 	t.Helper()
@@ -99,6 +163,7 @@ func faultOpts() InPlaceOptions {
 // crashCase is one operation under power-loss test.
 type crashCase struct {
 	name  string
+	atom  int64 // the sector size whose writes land whole (faultDisk.atom)
 	setup func(rng *rand.Rand) (img []byte, plain []byte)
 	run   func(ctx context.Context, img File, js JournalStore) error
 	check func(t *testing.T, img, plain, before []byte)
@@ -110,6 +175,40 @@ func crashCases() []crashCase {
 		return err
 	}
 	return []crashCase{
+		{
+			// LUKS2 with 4096-byte sectors: the mark is a requirement in
+			// both copies, the new header goes in at two seqids past the
+			// old one, and a removed slot's token loses it.
+			name: "reencrypt-luks2",
+			atom: 4096,
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return testLUKS2(&testing.T{}, rng, plain, 4096, rePass, []byte("removed")), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, PBKDF: "pbkdf2", ForceIterations: 1000, InPlaceOptions: faultOpts()})
+				return err
+			},
+			check: func(t *testing.T, img, plain, before []byte) {
+				got, h := testDecryptAny(t, img, rePass)
+				if !bytes.Equal(got, plain) {
+					t.Fatal("plaintext changed")
+				}
+				old, _ := header.Read(bytes.NewReader(before), 0, int64(len(before)))
+				l2, ok := h.(*header.LUKS2)
+				if !ok || l2.Label() != "crash" || h.Info().SectorSize != 4096 || h.Info().UUID != old.Info().UUID ||
+					h.ActiveSlots() != 1 || len(img) != len(before) || l2.Warning != "" {
+					t.Fatalf("new header: %+v, label %q, %d slots, warning %q", h.Info(), l2.Label(), h.ActiveSlots(), l2.Warning)
+				}
+				if js, _ := l2.TokenJSON(0); !bytes.Contains(js, []byte(`"keyslots":[]`)) {
+					t.Fatalf("token 0 still names the removed slot: %s", js)
+				}
+				vk, _, _ := old.Unlock(bytes.NewReader(before), 0, rePass, -1)
+				if h.VerifyVolumeKey(vk) {
+					t.Fatal("the volume key did not change")
+				}
+			},
+		},
 		{
 			name: "reencrypt",
 			setup: func(rng *rand.Rand) ([]byte, []byte) {
@@ -202,6 +301,7 @@ func TestPowerLoss(t *testing.T) {
 			img0, plain := c.setup(rng)
 			// A clean run counts the crash points.
 			d := newFaultDisk(1)
+			d.atom = c.atom
 			f := d.add("img", img0)
 			js := faultJournal{d, "img.journal"}
 			if err := c.run(context.Background(), f, js); err != nil {
@@ -212,6 +312,7 @@ func TestPowerLoss(t *testing.T) {
 			survived := 0
 			for i := range points {
 				d := newFaultDisk(uint64(i))
+				d.atom = c.atom
 				f := d.add("img", img0)
 				js := faultJournal{d, "img.journal"}
 				d.crashAt = 1 + d.rng.IntN(total)

@@ -31,8 +31,8 @@ func newReencryptCommand(g *globalOptions) *cobra.Command {
 	var o reencryptOptions
 	cmd := &cobra.Command{
 		Use:   "reencrypt [flags] IMAGE",
-		Short: "Give a LUKS1 or qcow2+LUKS image a new volume key, in place",
-		Long: `Replace the volume key of a raw LUKS1 or qcow2+LUKS image: every encrypted
+		Short: "Give a LUKS1, LUKS2 or qcow2+LUKS image a new volume key, in place",
+		Long: `Replace the volume key of a raw LUKS1 or LUKS2 or a qcow2+LUKS image: every encrypted
 sector is decrypted with the old key and encrypted with a new random one where
 it lies (for qcow2, the allocated data clusters), then a new header replaces
 the old one. Changing passphrases does not change the volume key; this does.
@@ -45,8 +45,12 @@ cipher, the key size and the hash of the new header; a new --cipher without
 
 The operation is crash-safe. Progress is kept in IMAGE.cryptimg-journal (mode
 0600; it holds the new key only wrapped by your passphrase), and the header
-is marked LUKS\xde\xad meanwhile so that cryptsetup and qemu refuse the
-image, as cryptsetup marks a LUKS1 device during reencryption. If the run is
+is marked meanwhile so that cryptsetup and qemu refuse the image: LUKS1 with
+the magic LUKS\xde\xad, as cryptsetup marks a LUKS1 device during its
+reencryption, LUKS2 with the mandatory requirement cryptimg-busy-v1 (cryptsetup
+then refuses to activate it or change its metadata). A LUKS2 image keeps its
+label, subsystem, sector size, flags, token (without the removed key slots)
+and key slot priorities; its new key slots use --pbkdf (argon2id by default). If the run is
 interrupted (Ctrl-C, kill, power loss), run the same command again, or with
 --resume, with the same key files: it continues where it stopped. Until then
 cryptimg refuses other writes to the image (exit 5). Keep the journal with
@@ -186,6 +190,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), image.ReencryptOptions{
 		Passphrases: passes, Cipher: o.cipher, KeyBytes: keyBytes, Hash: o.hash,
 		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
+		PBKDF: so.PBKDF, PBKDFMemory: so.PBKDFMemory, PBKDFParallel: so.PBKDFParallel,
 		Confirm: func(removed []int) error {
 			if len(removed) == 0 {
 				return nil

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+
+	"github.com/cryptimg/cryptimg/header"
 	"testing"
 
 	"github.com/cryptimg/cryptimg/image"
@@ -245,6 +247,18 @@ func TestKernelLUKS2(t *testing.T) {
 	o.reads("added-slot", added, k2, fileSHA(t, src))
 	o.refuses("killed-slot", killed, k2)
 	o.reads("kept-slot", killed, key, fileSHA(t, src))
+	// Reencryption: the kernel reads the data under the new key; and an
+	// image marked busy, as reencrypt marks it while it runs, is refused.
+	reenc := filepath.Join(dir, "ours-reencrypted.luks2")
+	copyImage(t, added, reenc)
+	mustRun(t, "reencrypt", "-q", "-d", key, "--cipher", "aes-cbc-essiv:sha256", "--pbkdf", "pbkdf2", fastIter, reenc)
+	o.reads("reencrypted", reenc, key, fileSHA(t, src))
+	busy := filepath.Join(dir, "ours-busy.luks2")
+	copyImage(t, added, busy)
+	markBusy(t, busy)
+	m := o.mapper()
+	o.check("busy", fmt.Sprintf("if unlock %s %s %s --readonly 2>/tmp/busy.err; then echo opened; lock %s; else echo refused; cat /tmp/busy.err; fi",
+		o.disk(busy), m, o.key(key), m))
 	imgs := map[string]string{}
 	for _, c := range cases {
 		img := filepath.Join(dir, c.name+".luks2")
@@ -259,6 +273,9 @@ func TestKernelLUKS2(t *testing.T) {
 			o.key(key), c.opts, o.disk(img), o.disk(img), m, o.key(key), o.disk(src), m, m))
 	}
 	r := o.run()
+	if got := r.Want(t, "busy"); !strings.Contains(got, "refused") || !strings.Contains(got, "requirements") {
+		t.Errorf("the kernel's cryptsetup opened an image marked busy, or for another reason than the requirement:\n%s", got)
+	}
 	for _, c := range cases {
 		r.Want(t, c.name)
 		img := imgs[c.name]
@@ -528,5 +545,30 @@ func TestLUKS2MetadataSizes(t *testing.T) {
 			t.Errorf("%s: dump differs from luksDump:\n%s\nwant:\n%s", size, got, want)
 		}
 		mustRun(t, "test-key", "-d", key, img)
+	}
+}
+
+// markBusy marks the LUKS2 image at path as cryptimg's in-place operations
+// do while they run.
+func markBusy(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	h, err := header.Read(f, 0, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range u.Writes {
+		if _, err := f.WriteAt(w.Data, w.Offset); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
