@@ -359,6 +359,18 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (heade
 // raw LUKS has no allocation map. A qcow2 output embeds the LUKS header in
 // its own clusters, as qemu does, and stores only clusters holding
 // non-zero data, encrypted with IV sector = host offset / 512.
+// luks2SectorSize gives a LUKS2 header without a sector size the one
+// cryptsetup picks for a file, 4096 bytes, or 512 for data of size bytes
+// that is not whole 4096-byte sectors.
+func luks2SectorSize(p *header.Params, size int64) {
+	if p.Version == 2 && p.SectorSize == 0 {
+		p.SectorSize = 4096
+		if size%4096 != 0 {
+			p.SectorSize = SectorSize
+		}
+	}
+}
+
 func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (header.Header, error) {
 	if o.Format == "" {
 		o.Format = src.Format
@@ -371,14 +383,7 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		if o.Format == Qcow2 {
 			return nil, ErrLUKS2Qcow2
 		}
-		if o.Header.SectorSize == 0 {
-			// cryptsetup picks 4096 for a file; a payload that is not
-			// whole 4096-byte sectors keeps 512.
-			o.Header.SectorSize = 4096
-			if src.Size%4096 != 0 {
-				o.Header.SectorSize = SectorSize
-			}
-		}
+		luks2SectorSize(&o.Header, src.Size)
 	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {

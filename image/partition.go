@@ -17,7 +17,7 @@ import (
 )
 
 // Partition-level encryption turns partition N of a GPT disk image into a
-// LUKS1 container of its former contents, as "cryptsetup luksFormat" on
+// LUKS container of its former contents, as "cryptsetup luksFormat" on
 // the partition would after growing it: the header area at the partition
 // start, the payload after it, IV sector 0 at the payload start. The
 // partition grows by the payload offset; partitions that start after it
@@ -189,16 +189,14 @@ type PartitionResult struct {
 }
 
 // EncryptPartition writes to dst, an empty regular file, a copy of the GPT
-// disk image src in which partition o.Partition holds a LUKS1 container of
+// disk image src in which partition o.Partition holds a LUKS container of
 // its former contents (see the layout note above).
 func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions) (*PartitionResult, error) {
-	if o.Header.Version == 2 {
-		return nil, ErrLUKS2NotYet
-	}
 	d, err := readGPT(src, o.Partition)
 	if err != nil {
 		return nil, err
 	}
+	luks2SectorSize(&o.Header, d.part.GetSize())
 	h, vk, area, err := header.Format(o.Passphrase, o.Header)
 	if err != nil {
 		return nil, err
@@ -211,6 +209,9 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 	defer c.Clear()
 
 	start, size := d.part.GetStart(), d.part.GetSize()
+	if ss := int64(c.Geometry().SectorSize); size%ss != 0 {
+		return nil, fmt.Errorf("%w: partition %d is %d bytes, not whole %d-byte sectors", ErrUnaligned, o.Partition, size, ss)
+	}
 	payload := h.Info().PayloadOffset
 	move := roundUpAlign(payload)
 	newSize := d.size + move
@@ -231,7 +232,9 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 		return nil, err
 	}
 	t := c.EncryptSectors
-	if err := sectors.Run(ctx, dst, src, crypt, t, prog.options(start+d.size-end, false)); err != nil {
+	co := prog.options(start+d.size-end, false)
+	co.SectorSize = c.Geometry().SectorSize
+	if err := sectors.Run(ctx, dst, src, crypt, t, co); err != nil {
 		return nil, err
 	}
 	if _, err := dst.WriteAt(area, start); err != nil {
@@ -243,7 +246,7 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 	return &PartitionResult{Header: h, Start: start, Size: size + payload, DiskSize: newSize, Partition: o.Partition}, nil
 }
 
-// OpenPartition reads the LUKS1 header at the start of GPT partition
+// OpenPartition reads the LUKS header at the start of GPT partition
 // index of the disk image f. The result unlocks and decrypts like a raw
 // LUKS image whose header and payload offsets are absolute file offsets.
 func OpenPartition(f *os.File, index int) (*Encrypted, error) {
@@ -307,7 +310,9 @@ func DecryptPartition(ctx context.Context, dst, src *os.File, e *Encrypted, k *K
 		return nil, err
 	}
 	t := k.Cipher.DecryptSectors
-	if err := sectors.Run(ctx, dst, src, crypt, t, prog.options(copied, true)); err != nil {
+	co := prog.options(copied, true)
+	co.SectorSize = k.Cipher.Geometry().SectorSize
+	if err := sectors.Run(ctx, dst, src, crypt, t, co); err != nil {
 		return nil, err
 	}
 	if err := d.writeTable(dst, newSize); err != nil {

@@ -361,9 +361,9 @@ func killMidway(t *testing.T, bin string, args ...string) bool {
 	return false
 }
 
-// TestKernelPartition: after encrypt --partition 2 of a GPT disk, the
-// kernel scans the table, opens /dev/vda2 and reads partition 2's old
-// contents; partitions 1 and 3 are the old bytes.
+// TestKernelPartition: after encrypt --partition 2 of a GPT disk, LUKS1 and
+// LUKS2, the kernel scans the table, opens /dev/vda2 and reads partition 2's
+// old contents; partitions 1 and 3 are the old bytes.
 func TestKernelPartition(t *testing.T) {
 	o := newOracle(t)
 	dir := t.TempDir()
@@ -378,6 +378,14 @@ func TestKernelPartition(t *testing.T) {
 	o.readsDev("partition-2", dev+"2", key, shaOf(bytesOf(t, disk, before.Partitions[1])))
 	o.raw("partition-3", dev+"3", shaOf(bytesOf(t, disk, before.Partitions[2])))
 	o.check("partition-2-is-luks", "cryptsetup isLuks "+dev+"2")
+	// The same with LUKS2 (4096-byte sectors, a 16 MiB header).
+	enc2 := filepath.Join(dir, "enc2.img")
+	mustRun(t, "encrypt", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, "--partition", "2", orig, enc2)
+	dev2 := o.disk(enc2)
+	o.raw("luks2-partition-1", dev2+"1", shaOf(bytesOf(t, disk, before.Partitions[0])))
+	o.readsDev("luks2-partition-2", dev2+"2", key, shaOf(bytesOf(t, disk, before.Partitions[1])))
+	o.raw("luks2-partition-3", dev2+"3", shaOf(bytesOf(t, disk, before.Partitions[2])))
+	o.check("luks2-partition-2-is-luks2", "cryptsetup isLuks --type luks2 "+dev2+"2")
 	o.run()
 }
 
