@@ -79,6 +79,12 @@ type Header interface {
 	// It is idempotent: a marked header (read with ReadMarked) needs no
 	// writes.
 	Mark() (*Update, error)
+	// Unmark ends the mark of a header Mark returned: the header as it
+	// is, in place (for a header whose area is complete otherwise).
+	Unmark() (*Update, error)
+	// MarkedBytes is how much of the start of the header area Mark and
+	// Unmark write.
+	MarkedBytes() int64
 	// Install writes area, the complete header area of the receiver as
 	// Rekey made it, over the marked header it replaces, in an order that
 	// leaves the marked old header or the new one at every crash point.

@@ -44,6 +44,34 @@ func (h *LUKS2) Mark() (*Update, error) {
 	return h.commit(n, nil, nil, nil)
 }
 
+// Unmark is the update that ends Mark: both copies without
+// busyRequirement, at the next seqid.
+func (h *LUKS2) Unmark() (*Update, error) {
+	if !h.busy {
+		return nil, fmt.Errorf("header: Unmark of a LUKS2 header that is not marked")
+	}
+	n := h.clone()
+	n.busy = false
+	n.Config.changed = true
+	var rest []string
+	for _, m := range h.Config.Requirements.Mandatory {
+		if m != busyRequirement {
+			rest = append(rest, m)
+		}
+	}
+	n.Config.Requirements = nil
+	if len(rest) > 0 {
+		n.Config.Requirements = &struct {
+			Mandatory []string `json:"mandatory"`
+		}{rest}
+	}
+	return h.commit(n, nil, nil, nil)
+}
+
+// MarkedBytes is the part of the header area Mark and Unmark write: both
+// metadata copies.
+func (h *LUKS2) MarkedBytes() int64 { return 2 * h.bin.HdrSize }
+
 // Install is the update that writes area, the complete header area of h
 // (from Rekey, two seqids past the header it replaces), over the marked
 // old header: the keyslots area first, then the primary copy, then the

@@ -92,11 +92,22 @@ func Marked(r io.ReaderAt, base, size int64) (bool, error) {
 }
 
 // Mark is the update that marks h in place as busy with an unfinished
-// operation: the LUKS\xde\xad magic over its first bytes. Run it before
-// the image stops being what h says; Install ends the mark.
+// operation: h's first sector with the LUKS\xde\xad magic. Run it before
+// the image stops being what h says; Install or Unmark ends the mark.
 func (h *LUKS1) Mark() (*Update, error) {
-	return &Update{Writes: []Write{{Offset: 0, Data: bytes.Clone(markedMagic[:]), What: "image marker", Sync: true}}, Header: h}, nil
+	first := h.Marshal()[:SectorSize]
+	Mark(first)
+	return &Update{Writes: []Write{{Offset: 0, Data: first, What: "image marker", Sync: true}}, Header: h}, nil
 }
+
+// Unmark is the update that ends Mark: h's first sector as it is.
+func (h *LUKS1) Unmark() (*Update, error) {
+	return &Update{Writes: []Write{{Offset: 0, Data: h.Marshal()[:SectorSize], What: "header", Sync: true}}, Header: h}, nil
+}
+
+// MarkedBytes is the part of the header area Mark and Unmark write: the
+// first sector.
+func (h *LUKS1) MarkedBytes() int64 { return SectorSize }
 
 // Install is the update that writes area, the complete header area of h
 // (from Rekey), over a marked header: everything but the first sector,

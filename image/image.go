@@ -53,9 +53,6 @@ var (
 	// ErrLUKS2Qcow2 refuses a LUKS2 header inside qcow2: qemu reads and
 	// writes LUKS1 only there.
 	ErrLUKS2Qcow2 = errors.New("qcow2 images carry LUKS1 only (qemu has no LUKS2 support)")
-	// ErrLUKS2NotYet refuses LUKS2 in the operations that do not make it
-	// yet (in-place encryption, --partition, reencrypt).
-	ErrLUKS2NotYet = errors.New("this operation does not make LUKS2 images yet")
 )
 
 // Pipeline carries the tuning and progress hooks shared by every operation

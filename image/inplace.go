@@ -37,6 +37,10 @@ type InPlaceOptions struct {
 	Rand io.Reader
 }
 
+// alignWindow rounds the window w down to whole ss-byte sectors, at least
+// one.
+func alignWindow(w, ss int64) int64 { return max(ss, w-w%ss) }
+
 func (o InPlaceOptions) window(limit int64) int64 {
 	w := o.Window
 	if w <= 0 {
@@ -135,31 +139,31 @@ func runOpts(p Pipeline, progress func(int64)) sectors.Options {
 	return sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: SectorSize, Progress: progress}
 }
 
-// sector0Reader reads img with its first sector replaced by sec0.
-type sector0Reader struct {
+// headReader reads img with its first len(head) bytes replaced by head.
+type headReader struct {
 	img  io.ReaderAt
-	sec0 []byte
+	head []byte
 }
 
-func (r sector0Reader) ReadAt(p []byte, off int64) (int, error) {
+func (r headReader) ReadAt(p []byte, off int64) (int, error) {
 	n, err := r.img.ReadAt(p, off)
-	if off < SectorSize {
-		copy(p[:n], r.sec0[off:])
+	if off < int64(len(r.head)) {
+		copy(p[:n], r.head[off:])
 	}
 	return n, err
 }
 
-// sector0Writer writes to img, except the first sector, which goes to
-// the journal at off0.
-type sector0Writer struct {
-	img, j File
-	off0   int64
+// headWriter writes to img, except the first n bytes, which go to the
+// journal at off0.
+type headWriter struct {
+	img, j  File
+	off0, n int64
 }
 
-func (w sector0Writer) WriteAt(p []byte, off int64) (int, error) {
+func (w headWriter) WriteAt(p []byte, off int64) (int, error) {
 	n := 0
-	if off < SectorSize {
-		m := min(int64(len(p)), SectorSize-off)
+	if off < w.n {
+		m := min(int64(len(p)), w.n-off)
 		if _, err := w.j.WriteAt(p[:m], w.off0+off); err != nil {
 			return 0, err
 		}
@@ -215,7 +219,7 @@ type EncryptInPlaceOptions struct {
 	InPlaceOptions
 }
 
-// EncryptInPlace turns the plaintext raw image img into a raw LUKS1 image
+// EncryptInPlace turns the plaintext raw image img into a raw LUKS image (LUKS1 or LUKS2, as o.Header says)
 // where it lies: the file grows by the payload offset and the data moves
 // forward, converted from the end backwards, one window at a time. A run
 // that was interrupted is continued (the passphrase must be the same),
@@ -237,13 +241,23 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 	if err != nil {
 		return nil, err
 	}
-	sec0, area := blob[:SectorSize], blob[SectorSize:]
+	if int64(len(blob)) < st.head() {
+		return nil, fmt.Errorf("%w: blob too short", ErrJournalCorrupt)
+	}
+	head, area := blob[:st.head()], blob[st.head():]
 	h, err := header.Read(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
-	if int64(len(area)) != st.Shift || h.Info().PayloadOffset != st.Shift {
+	if int64(len(area)) != st.Shift || h.Info().PayloadOffset != st.Shift || h.MarkedBytes() != st.head() {
 		return nil, fmt.Errorf("%w: header area does not match", ErrJournalCorrupt)
+	}
+	// The mark: the new header's own (LUKS1: its first sector with
+	// LUKS\xde\xad; LUKS2: both copies with the busy requirement), over
+	// the plaintext head that the journal keeps.
+	mark, err := h.Mark()
+	if err != nil {
+		return nil, err
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
 	if st.Phase == phaseData {
@@ -258,10 +272,12 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 		}
 		defer ciph.Clear()
 		// Mark the image and give it its final size; both idempotent.
-		m := bytes.Clone(area[:SectorSize])
-		header.Mark(m)
-		if err := writeSyncAt(img, m, 0, "image marker"); err != nil {
+		if err := applyUpdate(img, 0, mark); err != nil {
 			return nil, err
+		}
+		ss := int64(ciph.Geometry().SectorSize)
+		if st.DataLen%ss != 0 || st.Window%ss != 0 {
+			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
 		}
 		if size, err := storageSize(img); err != nil {
 			return nil, err
@@ -276,13 +292,15 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 				return nil, err
 			}
 		}
-		src := sector0Reader{img: img, sec0: sec0}
+		src := headReader{img: img, head: head}
 		t := ciph.EncryptSectors
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			y := st.DataLen - k*st.Window
 			x := max(0, y-st.Window)
 			ext := []sectors.Extent{{SrcOffset: x, DstOffset: x + st.Shift, Length: y - x, Sector: rawIV(x)}}
-			if err := sectors.Run(ctx, writerOnly{img}, src, ext, t, runOpts(o.Pipeline, progress)); err != nil {
+			ro := runOpts(o.Pipeline, progress)
+			ro.SectorSize = int(ss)
+			if err := sectors.Run(ctx, writerOnly{img}, src, ext, t, ro); err != nil {
 				return err
 			}
 			return syncErr(img, "image")
@@ -305,15 +323,19 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 				return fmt.Errorf("failed to size image: %w", err)
 			}
 		}
-		if _, err := img.WriteAt(area[SectorSize:], SectorSize); err != nil {
-			return fmt.Errorf("failed to write header: %w", err)
-		}
-		if err := syncErr(img, "image"); err != nil {
+		// The rest of the header area (key material), then the end of
+		// the mark: the image holds the new header from here on.
+		if err := writeSyncAt(img, area[st.head():], st.head(), "header"); err != nil {
 			return err
 		}
-		if err := writeSyncAt(img, area[:SectorSize], 0, "header"); err != nil {
+		u, err := mark.Header.Unmark()
+		if err != nil {
 			return err
 		}
+		if err := applyUpdate(img, 0, u); err != nil {
+			return err
+		}
+		h = u.Header
 		return complete(j, js)
 	}
 	if err := c.run(ctx); err != nil {
@@ -337,25 +359,26 @@ func startEncrypt(img File, js JournalStore, o EncryptInPlaceOptions) (*journal,
 	if p.Rand == nil {
 		p.Rand = o.Rand
 	}
-	if p.Version == 2 {
-		return nil, ErrLUKS2NotYet
-	}
+	luks2SectorSize(&p, size)
 	h, vk, area, err := header.Format(o.Passphrase, p)
 	if err != nil {
 		return nil, err
 	}
 	clear(vk)
-	shift := h.Info().PayloadOffset
-	blob := make([]byte, SectorSize+len(area))
-	if _, err := img.ReadAt(blob[:SectorSize], 0); err != nil && !errors.Is(err, io.EOF) {
+	if ss := int64(h.Info().SectorSize); size%ss != 0 {
+		return nil, fmt.Errorf("%w: %d bytes are not whole %d-byte sectors", ErrUnaligned, size, ss)
+	}
+	shift, head := h.Info().PayloadOffset, h.MarkedBytes()
+	blob := make([]byte, head+int64(len(area)))
+	if _, err := img.ReadAt(blob[:min(head, size)], 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("failed to read image: %w", err)
 	}
-	copy(blob[SectorSize:], area)
+	copy(blob[head:], area)
 	clear(area)
-	w := o.window(shift)
+	w := alignWindow(o.window(shift), int64(h.Info().SectorSize))
 	st := &state{
 		Op: OpEncrypt, ImageSize: size, FinalSize: size + shift, DataLen: size, Shift: shift,
-		Window: w, Windows: ceilDiv(size, w), RecordLen: recordLen(w, false),
+		Window: w, Windows: ceilDiv(size, w), RecordLen: recordLen(w, false), HeadLen: head,
 	}
 	if _, err := io.ReadFull(randOr(o.Rand), st.ID[:]); err != nil {
 		return nil, err
@@ -363,7 +386,7 @@ func startEncrypt(img File, js JournalStore, o EncryptInPlaceOptions) (*journal,
 	return createJournal(js, st, blob)
 }
 
-// DecryptInPlace turns the raw LUKS1 image img into its plaintext where it
+// DecryptInPlace turns the raw LUKS image img into its plaintext where it
 // lies: the data moves back over the header, converted from the start
 // forwards, and the file shrinks by the payload offset at the end. slot -1
 // tries every key slot.
@@ -390,6 +413,9 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		if h, err = header.Read(bytes.NewReader(blob), 0, int64(len(blob))); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 		}
+		if h.MarkedBytes() != st.head() {
+			return nil, fmt.Errorf("%w: header does not match", ErrJournalCorrupt)
+		}
 		vk, _, err := h.Unlock(bytes.NewReader(blob), 0, passphrase, slot)
 		if err != nil {
 			return nil, err
@@ -400,20 +426,26 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 			return nil, err
 		}
 		defer ciph.Clear()
-		m := bytes.Clone(blob[:SectorSize])
-		header.Mark(m)
-		if err := writeSyncAt(img, m, 0, "image marker"); err != nil {
+		// The mark (idempotent), which the head of the plaintext is kept
+		// off until the end.
+		if err := applyMark(img, 0, h); err != nil {
 			return nil, err
 		}
-		dst := sector0Writer{img: img, j: j.s, off0: st.Sec0Off}
+		ss := int64(ciph.Geometry().SectorSize)
+		if st.DataLen%ss != 0 || st.Window%ss != 0 {
+			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
+		}
+		dst := headWriter{img: img, j: j.s, off0: st.Sec0Off, n: st.head()}
 		t := ciph.DecryptSectors
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			x := k * st.Window
 			ext := []sectors.Extent{{SrcOffset: x + st.Shift, DstOffset: x, Length: c.windowLen(k), Sector: rawIV(x)}}
-			if err := sectors.Run(ctx, dst, img, ext, t, runOpts(o.Pipeline, progress)); err != nil {
+			ro := runOpts(o.Pipeline, progress)
+			ro.SectorSize = int(ss)
+			if err := sectors.Run(ctx, dst, img, ext, t, ro); err != nil {
 				return err
 			}
-			if k == 0 {
+			if x < st.head() {
 				if err := syncErr(j.s, "journal"); err != nil {
 					return err
 				}
@@ -431,12 +463,12 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		}
 	}
 	c.finish = func() error {
-		sec0 := make([]byte, SectorSize)
-		if _, err := j.s.ReadAt(sec0, st.Sec0Off); err != nil {
+		head := make([]byte, min(st.head(), st.DataLen))
+		if _, err := j.s.ReadAt(head, st.Sec0Off); err != nil {
 			return fmt.Errorf("failed to read journal: %w", err)
 		}
-		if st.DataLen > 0 {
-			if err := writeSyncAt(img, sec0[:min(SectorSize, st.DataLen)], 0, "image"); err != nil {
+		if len(head) > 0 {
+			if err := writeSyncAt(img, head, 0, "image"); err != nil {
 				return err
 			}
 		}
@@ -470,8 +502,9 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	if err != nil {
 		return nil, err
 	}
-	if size < shift || (size-shift)%SectorSize != 0 {
-		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of sectors", ErrTruncated, size-shift)
+	ss := int64(h.Info().SectorSize)
+	if size < shift || (size-shift)%ss != 0 {
+		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, size-shift, ss)
 	}
 	// Check the key before anything is written.
 	vk, _, err := h.Unlock(img, 0, passphrase, slot)
@@ -485,10 +518,10 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 		return nil, fmt.Errorf("failed to read header: %w", err)
 	}
 	data := size - shift
-	w := o.window(shift)
+	w := alignWindow(o.window(shift), ss)
 	st := &state{
 		Op: OpDecrypt, ImageSize: size, FinalSize: data, DataLen: data, Shift: shift,
-		Window: w, Windows: ceilDiv(data, w), RecordLen: recordLen(w, false), Sec0Off: 1,
+		Window: w, Windows: ceilDiv(data, w), RecordLen: recordLen(w, false), Sec0Off: 1, HeadLen: h.MarkedBytes(),
 	}
 	if _, err := io.ReadFull(randOr(o.Rand), st.ID[:]); err != nil {
 		return nil, err

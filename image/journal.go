@@ -185,7 +185,17 @@ type state struct {
 	BlobLen   int64
 	BlobSum   [32]byte
 	HdrOff    int64 // byte offset of the LUKS header in the image
-	Sec0Off   int64 // decrypt: where plaintext sector 0 waits; 0 otherwise
+	Sec0Off   int64 // decrypt: where the plaintext of the marked head waits; 0 otherwise
+	HeadLen   int64 // in-place encrypt/decrypt: bytes at the start the mark takes (0 in old journals: 512)
+}
+
+// head is the length of the marked head of the image: the bytes the
+// header's mark writes, which the journal keeps instead.
+func (s *state) head() int64 {
+	if s.HeadLen == 0 {
+		return SectorSize
+	}
+	return s.HeadLen
 }
 
 func (s *state) marshal() []byte {
@@ -200,6 +210,7 @@ func (s *state) marshal() []byte {
 		be.PutUint64(b[48+8*i:], uint64(v))
 	}
 	copy(b[160:192], s.BlobSum[:])
+	be.PutUint64(b[192:], uint64(s.HeadLen))
 	sum := sha256.Sum256(b[:stateSize-32])
 	copy(b[stateSize-32:], sum[:])
 	return b
@@ -226,6 +237,10 @@ func parseState(b []byte) (*state, bool) {
 	s.ImageSize, s.FinalSize, s.DataLen, s.Shift, s.Window, s.Windows, s.RecordLen, s.BlobOff, s.BlobLen, s.HdrOff, s.Sec0Off =
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
 	copy(s.BlobSum[:], b[160:192])
+	s.HeadLen = int64(be.Uint64(b[192:]))
+	if s.HeadLen < 0 || s.HeadLen%SectorSize != 0 || s.HeadLen > 1<<30 {
+		return nil, false
+	}
 	if s.Op < OpReencrypt || s.Op > OpConvert || (s.Phase != phaseData && s.Phase != phaseFinish) ||
 		s.Window <= 0 || s.Window%SectorSize != 0 || s.RecordLen < recordHead+32 || s.BlobOff < recordsOff+2*s.RecordLen ||
 		s.BlobLen < 0 || s.DataLen < 0 || s.Windows != ceilDiv(s.DataLen, s.Window) {
@@ -371,7 +386,7 @@ func createJournal(js JournalStore, st *state, blob []byte) (*journal, error) {
 	}
 	if st.Sec0Off != 0 {
 		st.Sec0Off = st.BlobOff + st.BlobLen
-		if _, err := s.WriteAt(make([]byte, SectorSize), st.Sec0Off); err != nil {
+		if _, err := s.WriteAt(make([]byte, st.head()), st.Sec0Off); err != nil {
 			return nil, fmt.Errorf("failed to write journal: %w", err)
 		}
 	}

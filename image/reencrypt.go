@@ -428,10 +428,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 		return nil, nil, nil, err
 	}
 	clear(vk)
-	w := o.window(0)
-	if ss := int64(oi.SectorSize); w%ss != 0 {
-		w = max(ss, w-w%ss)
-	}
+	w := alignWindow(o.window(0), int64(oi.SectorSize))
 	st := &state{
 		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,
 		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.off,

@@ -162,11 +162,12 @@ func faultOpts() InPlaceOptions {
 
 // crashCase is one operation under power-loss test.
 type crashCase struct {
-	name  string
-	atom  int64 // the sector size whose writes land whole (faultDisk.atom)
-	setup func(rng *rand.Rand) (img []byte, plain []byte)
-	run   func(ctx context.Context, img File, js JournalStore) error
-	check func(t *testing.T, img, plain, before []byte)
+	name   string
+	atom   int64 // the sector size whose writes land whole (faultDisk.atom)
+	points int   // crash points, if fewer than TestPowerLoss's default (the 16 MiB LUKS2 header makes each one slow)
+	setup  func(rng *rand.Rand) (img []byte, plain []byte)
+	run    func(ctx context.Context, img File, js JournalStore) error
+	check  func(t *testing.T, img, plain, before []byte)
 }
 
 func crashCases() []crashCase {
@@ -179,8 +180,9 @@ func crashCases() []crashCase {
 			// LUKS2 with 4096-byte sectors: the mark is a requirement in
 			// both copies, the new header goes in at two seqids past the
 			// old one, and a removed slot's token loses it.
-			name: "reencrypt-luks2",
-			atom: 4096,
+			name:   "reencrypt-luks2",
+			atom:   4096,
+			points: 100,
 			setup: func(rng *rand.Rand) ([]byte, []byte) {
 				plain := testPlain(rng, faultImage)
 				return testLUKS2(&testing.T{}, rng, plain, 4096, rePass, []byte("removed")), plain
@@ -206,6 +208,45 @@ func crashCases() []crashCase {
 				vk, _, _ := old.Unlock(bytes.NewReader(before), 0, rePass, -1)
 				if h.VerifyVolumeKey(vk) {
 					t.Fatal("the volume key did not change")
+				}
+			},
+		},
+		{
+			name:   "encrypt-luks2",
+			atom:   4096,
+			points: 100,
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return bytes.Clone(plain), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := EncryptInPlace(ctx, img, js, EncryptInPlaceOptions{Header: header.Params{Version: 2, PBKDF: "pbkdf2", ForceIterations: 1000},
+					Passphrase: rePass, InPlaceOptions: faultOpts()})
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				got, h := testDecryptAny(t, img, rePass)
+				l2, ok := h.(*header.LUKS2)
+				if !ok || !bytes.Equal(got, plain) || l2.Warning != "" || h.Info().SectorSize != 4096 || int64(len(img)) != int64(len(plain))+h.Info().PayloadOffset {
+					t.Fatalf("plaintext changed, or header %+v (warning %q)", h.Info(), l2.Warning)
+				}
+			},
+		},
+		{
+			name:   "decrypt-luks2",
+			atom:   4096,
+			points: 100,
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return testLUKS2(&testing.T{}, rng, plain, 4096, rePass), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := DecryptInPlace(ctx, img, js, rePass, -1, faultOpts())
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				if !bytes.Equal(img, plain) {
+					t.Fatalf("plaintext changed (%d bytes, want %d)", len(img), len(plain))
 				}
 			},
 		},
@@ -310,7 +351,11 @@ func TestPowerLoss(t *testing.T) {
 			c.check(t, f.cur, plain, img0)
 			total := d.ops
 			survived := 0
-			for i := range points {
+			n := points
+			if c.points > 0 && c.points < n {
+				n = c.points
+			}
+			for i := range n {
 				d := newFaultDisk(uint64(i))
 				d.atom = c.atom
 				f := d.add("img", img0)

@@ -25,10 +25,11 @@ func newDecryptCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "decrypt [flags] INPUT OUTPUT",
 		Short: "Decrypt a LUKS1, LUKS2 or qcow2+LUKS image into a plaintext raw or qcow2 image",
-		Long: `Decrypt a LUKS1 aes-cbc-essiv image, raw or qcow2+LUKS, made by cryptimg,
-cryptsetup or qemu-img, into a plaintext raw or qcow2 image (by default the
-input's format). Any active key slot may match the key, and any stored
-iteration count and hash (sha1, sha256, sha512) is accepted.
+		Long: `Decrypt a LUKS1 or LUKS2 image, raw or qcow2+LUKS, made by cryptimg,
+cryptsetup or qemu-img, with any cipher cryptimg supports, into a plaintext raw
+or qcow2 image (by default the input's format). Any active key slot may match
+the key, and any stored KDF cost and hash (sha1, sha256, sha512) is accepted.
+--in-place decrypts a raw LUKS1 or LUKS2 image where it lies.
 
 OUTPUT is written to a temporary file beside it and renamed only when
 complete; zero plaintext stays sparse (holes in raw output, unallocated

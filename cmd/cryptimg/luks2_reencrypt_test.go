@@ -94,3 +94,47 @@ func TestLUKS2Reencrypt(t *testing.T) {
 		t.Error("cryptsetup reencrypt --decrypt does not give the plaintext")
 	}
 }
+
+// TestLUKS2InPlace: encrypt --in-place --type luks2 makes an image that
+// cryptsetup opens and decrypts offline and that decrypt --in-place turns
+// back into the plaintext; decrypt --in-place also takes cryptsetup's own
+// LUKS2 encryption apart.
+func TestLUKS2InPlace(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "inplace.raw", 8<<20)
+	img := filepath.Join(dir, "img")
+	copyFile(t, plain, img)
+	mustRun(t, "encrypt", "--in-place", "-q", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, "--hotzone-size", "1048576", img)
+	noFile(t, img+".cryptimg-journal")
+	sh(t, cs, "open", "--test-passphrase", "--key-file", key, img)
+	if d := sh(t, cs, "luksDump", img); !strings.Contains(d, "Version:       \t2") || !strings.Contains(d, "sector: 4096 [bytes]") || strings.Contains(d, "Requirements") {
+		t.Errorf("luksDump:\n%s", d)
+	}
+	out := filepath.Join(dir, "out.raw")
+	mustRun(t, "decrypt", "-d", key, img, out)
+	sameContent(t, plain, out)
+	cp := filepath.Join(dir, "cp")
+	copyFile(t, img, cp)
+
+	mustRun(t, "decrypt", "--in-place", "-d", key, "--hotzone-size", "1048576", img)
+	noFile(t, img+".cryptimg-journal")
+	sameContent(t, plain, img)
+
+	requireRoot(t) // cryptsetup's offline reencryption
+	sh(t, cs, "reencrypt", "--decrypt", "--header", filepath.Join(dir, "moved.hdr"), "--force-offline-reencrypt",
+		"--disable-locks", "--batch-mode", "--key-file", key, cp)
+	want, _ := os.ReadFile(plain)
+	got, _ := os.ReadFile(cp)
+	if len(got) < len(want) || !bytes.Equal(got[:len(want)], want) {
+		t.Error("cryptsetup reencrypt --decrypt does not give the plaintext")
+	}
+
+	theirs, tplain := luks2Image(t, dir, key, "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
+	mustRun(t, "decrypt", "--in-place", "-d", key, theirs)
+	got, _ = os.ReadFile(theirs)
+	if len(got) < len(tplain) || !bytes.Equal(got[:len(tplain)], tplain) {
+		t.Error("decrypt --in-place of cryptsetup's LUKS2 does not give the plaintext")
+	}
+}

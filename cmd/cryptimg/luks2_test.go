@@ -247,12 +247,17 @@ func TestKernelLUKS2(t *testing.T) {
 	o.reads("added-slot", added, k2, fileSHA(t, src))
 	o.refuses("killed-slot", killed, k2)
 	o.reads("kept-slot", killed, key, fileSHA(t, src))
-	// Reencryption: the kernel reads the data under the new key; and an
-	// image marked busy, as reencrypt marks it while it runs, is refused.
+	// Reencryption and in-place encryption: the kernel reads the data under
+	// the new key; and an image marked busy, as they mark it while they
+	// run, is refused.
 	reenc := filepath.Join(dir, "ours-reencrypted.luks2")
 	copyImage(t, added, reenc)
 	mustRun(t, "reencrypt", "-q", "-d", key, "--cipher", "aes-cbc-essiv:sha256", "--pbkdf", "pbkdf2", fastIter, reenc)
 	o.reads("reencrypted", reenc, key, fileSHA(t, src))
+	inplace := filepath.Join(dir, "ours-in-place.luks2")
+	copyImage(t, src, inplace)
+	mustRun(t, "encrypt", "--in-place", "-q", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, inplace)
+	o.reads("in-place", inplace, key, fileSHA(t, src))
 	busy := filepath.Join(dir, "ours-busy.luks2")
 	copyImage(t, added, busy)
 	markBusy(t, busy)
