@@ -6,14 +6,20 @@ package header
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"hash/maphash"
 	"io"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // u64s is a JSON string holding a decimal unsigned 64-bit number, as LUKS2
@@ -227,7 +233,11 @@ func parseLUKS2(b *luks2Bin, size int64) (*LUKS2, error) {
 		Digests  map[string]json.RawMessage `json:"digests"`
 		Config   json.RawMessage            `json:"config"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(b.JSON))
+	js, err := jsonc(b.JSON)
+	if err != nil {
+		return nil, parseErrorf("LUKS2 metadata", "%v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
 	if err := dec.Decode(&top); err != nil {
 		return nil, parseErrorf("LUKS2 metadata", "invalid JSON: %v", err)
 	}
@@ -241,13 +251,12 @@ func parseLUKS2(b *luks2Bin, size int64) (*LUKS2, error) {
 		}
 	}
 	h := &LUKS2{bin: b}
-	var err error
 	if err := json.Unmarshal(top.Config, &h.Config); err != nil {
 		return nil, parseErrorf("config", "%v", err)
 	}
 	h.Config.setRaw(top.Config)
 	var all map[string]json.RawMessage
-	if err := json.Unmarshal(b.JSON, &all); err != nil {
+	if err := json.Unmarshal(js, &all); err != nil {
 		return nil, parseErrorf("LUKS2 metadata", "invalid JSON: %v", err)
 	}
 	for _, k := range []string{"keyslots", "tokens", "segments", "digests", "config"} {
@@ -310,7 +319,7 @@ func (h *LUKS2) validate(size int64) error {
 		if d.Type != "pbkdf2" {
 			return parseErrorf(where, "unsupported type %q", d.Type)
 		}
-		hf, err := hashFunc(d.Hash)
+		hf, err := luks2Hash(where, d.Hash)
 		if err != nil {
 			return err
 		}
@@ -342,6 +351,10 @@ func (h *LUKS2) validate(size int64) error {
 			}
 			s.size = uint64(v)
 		}
+		// Files and devices end before 2^63 bytes (an int64 offset).
+		if s.Offset > math.MaxInt64 || s.size > math.MaxInt64-uint64(s.Offset) {
+			return parseErrorf(where, "offset %d and size %d reach beyond 2^63 bytes", s.Offset, s.size)
+		}
 		if s.Type != "crypt" {
 			continue // linear and hw-opal segments pass as long as their common fields do
 		}
@@ -357,6 +370,9 @@ func (h *LUKS2) validate(size int64) error {
 		if !slices.Contains(s.Flags, "backup-previous") && !slices.Contains(s.Flags, "backup-final") && h.seg < 0 {
 			h.seg = n
 		}
+	}
+	if err := h.checkSegmentLayout(); err != nil {
+		return err
 	}
 	if h.seg < 0 {
 		return parseErrorf("segments", "no crypt segment")
@@ -393,10 +409,10 @@ func (h *LUKS2) validate(size int64) error {
 		if k.Type != "luks2" {
 			continue
 		}
-		if k.KeySize <= 0 || k.KeySize > 512 || k.AF.Type != "luks1" || k.AF.Stripes != Stripes || k.Area.Type != "raw" || k.Area.KeySize <= 0 {
+		if k.KeySize <= 0 || k.KeySize > 512 || k.AF.Type != "luks1" || k.AF.Stripes != Stripes || k.Area.Type != "raw" || k.Area.KeySize <= 0 || k.Area.KeySize > 512 {
 			return parseErrorf(where, "unsupported key size, AF or area")
 		}
-		if _, err := hashFunc(k.AF.Hash); err != nil {
+		if _, err := luks2Hash(where, k.AF.Hash); err != nil {
 			return err
 		}
 		if afSectors(uint64(k.KeySize), Stripes)*SectorSize > uint64(k.Area.Size) {
@@ -404,7 +420,7 @@ func (h *LUKS2) validate(size int64) error {
 		}
 		switch k.KDF.Type {
 		case "pbkdf2":
-			if _, err := hashFunc(k.KDF.Hash); err != nil {
+			if _, err := luks2Hash(where, k.KDF.Hash); err != nil {
 				return err
 			}
 			if k.KDF.Iterations == 0 {
@@ -431,6 +447,52 @@ func (h *LUKS2) validate(size int64) error {
 		return parseErrorf("keyslots", "keyslots area ends at byte %d, beyond the end of the %d-byte area", end, size)
 	}
 	return nil
+}
+
+// checkSegmentLayout applies cryptsetup 2.6.1's checks across segments
+// (hdr_validate_segments, validate_segment_intervals): they are numbered
+// from 0 without gaps, the backups (a "backup-" flag) after the others, and
+// of the others only the last is dynamic and none overlaps another.
+func (h *LUKS2) checkSegmentLayout() error {
+	n := len(h.Segments)
+	regular := n
+	for i := range n {
+		s := h.Segments[i]
+		switch {
+		case s == nil:
+			return parseErrorf("segments", "no segment %d of %d", i, n)
+		case slices.ContainsFunc(s.Flags, func(f string) bool { return strings.HasPrefix(f, "backup-") }):
+			regular = min(regular, i)
+		case i > regular:
+			return parseErrorf(fmt.Sprintf("segment %d", i), "follows backup segment %d", regular)
+		}
+	}
+	if n > 0 && regular == 0 {
+		return parseErrorf("segments", "only backup segments")
+	}
+	for i := range regular {
+		a := h.Segments[i]
+		if a.Size == "dynamic" && i != regular-1 {
+			return parseErrorf(fmt.Sprintf("segment %d", i), "dynamic, but not the last segment")
+		}
+		for j := range regular {
+			b := h.Segments[j]
+			if i != j && a.Offset >= b.Offset && (b.Size == "dynamic" || uint64(a.Offset) < uint64(b.Offset)+b.size) {
+				return parseErrorf(fmt.Sprintf("segment %d", i), "overlaps segment %d", j)
+			}
+		}
+	}
+	return nil
+}
+
+// luks2Hash is hashFunc for the hash field of object where: a missing hash
+// is corrupt (cryptsetup refuses the header), an unknown one unsupported
+// (cryptsetup reads the header and fails to unlock).
+func luks2Hash(where, name string) (func() hash.Hash, error) {
+	if name == "" {
+		return nil, parseErrorf(where, "no hash")
+	}
+	return hashFunc(name)
 }
 
 // argon2MaxMemory is cryptsetup's argon2 memory limit, 4 GiB in KiB.
@@ -466,3 +528,261 @@ func (h *LUKS2) digestOf(field string, n int) int {
 	}
 	return -1
 }
+
+// jsonMaxDepth is how deeply json-c, with the tokener cryptsetup 2.6.1
+// makes (json_tokener_new: JSON_TOKENER_DEFAULT_DEPTH, 32), lets a value
+// be nested: inside at most 31 arrays and objects, the top-level object
+// included. cryptsetup refuses deeper metadata ("nesting too deep",
+// measured); encoding/json alone would read 10000 levels.
+const jsonMaxDepth = 31
+
+// jsonMember is an object member seen by jsonc: where its name starts,
+// and the name's hash, or 0 for a name that is a LUKS2 field name only
+// case-insensitively.
+type jsonMember struct {
+	hash  uint32
+	start int32
+}
+
+// jsonc returns JSON text as json-c, and so cryptsetup, reads it, where
+// encoding/json reads it differently. Nesting deeper than jsonMaxDepth is
+// an error. Of an object's members sharing a name only the last counts
+// (json-c replaces the value; encoding/json would merge two objects into
+// one map or struct), and a member whose name is a LUKS2 field name only
+// case-insensitively, such as "Key_Size", is an unknown member to json-c
+// (encoding/json would fill the field with it): text with such members
+// comes back without them, other text as it is. Invalid JSON also comes
+// back as it is, for the decoder to refuse.
+//
+// It allocates 8 bytes per member and, when it drops some, a bit per byte
+// and the text without them.
+func jsonc(js []byte) ([]byte, error) {
+	if !json.Valid(js) || len(js) > 1<<30 {
+		return js, nil
+	}
+	n := 0
+	for i := 0; i < len(js); i++ {
+		switch js[i] {
+		case '"':
+			i = jsonStringEnd(js, i)
+		case ':':
+			n++
+		}
+	}
+	seed := maphash.MakeSeed()
+	var (
+		open    []int                      // per open array -1, per open object the index of its first member
+		members = make([]jsonMember, 0, n) // the members of the open objects
+		gone    []uint64                   // bit i: json-c does not keep byte i
+		a, b    []byte
+	)
+	drop := func(m jsonMember) {
+		start, end := int(m.start), jsonMemberEnd(js, int(m.start))
+		if p := bytes.TrimRight(js[:start], " \t\n\r"); js[end] == '}' && p[len(p)-1] == ',' {
+			start = len(p) - 1 // the last member goes with the comma before it
+		}
+		if gone == nil {
+			gone = make([]uint64, len(js)/64+1)
+		}
+		for i := start; i < end; i++ {
+			gone[i/64] |= 1 << (i % 64)
+		}
+	}
+	for i := 0; i < len(js); i++ {
+		c := js[i]
+		switch c {
+		case ' ', '\t', '\n', '\r', ',', ':':
+			continue
+		case ']', '}':
+			first := open[len(open)-1]
+			open = open[:len(open)-1]
+			if first < 0 {
+				continue
+			}
+			obj := members[first:]
+			members = members[:first]
+			slices.SortFunc(obj, func(x, y jsonMember) int { return cmp.Or(cmp.Compare(x.hash, y.hash), cmp.Compare(x.start, y.start)) })
+			for k, m := range obj {
+				if m.hash == 0 {
+					drop(m)
+					continue
+				}
+				for _, later := range obj[k+1:] {
+					if later.hash != m.hash {
+						break
+					}
+					if a, b = jsonName(a, js, m.start), jsonName(b, js, later.start); bytes.Equal(a, b) {
+						drop(m)
+						break
+					}
+				}
+			}
+			continue
+		}
+		if len(open) > jsonMaxDepth {
+			return nil, fmt.Errorf("nested deeper than %d arrays and objects", jsonMaxDepth)
+		}
+		switch c {
+		case '[':
+			open = append(open, -1)
+		case '{':
+			open = append(open, len(members))
+		case '"':
+			end := jsonStringEnd(js, i)
+			if len(open) > 0 && open[len(open)-1] >= 0 && bytes.TrimLeft(js[end+1:], " \t\n\r")[0] == ':' {
+				a = jsonName(a, js, int32(i))
+				h := uint32(maphash.Bytes(seed, a)) | 1
+				// Only the objects down to a keyslot's af, area and kdf
+				// are decoded into structs.
+				if len(open) <= 4 && foldsToField(a) {
+					h = 0
+				}
+				members = append(members, jsonMember{h, int32(i)})
+			}
+			i = end
+		}
+	}
+	if gone == nil {
+		return js, nil
+	}
+	out := make([]byte, 0, len(js))
+	for i, c := range js {
+		if gone[i/64]&(1<<(i%64)) == 0 {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// jsonStringEnd returns the index of the closing quote of the string
+// whose opening quote is js[i], in valid JSON.
+func jsonStringEnd(js []byte, i int) int {
+	for i++; js[i] != '"'; i++ {
+		if js[i] == '\\' {
+			i++
+		}
+	}
+	return i
+}
+
+// jsonName appends to dst[:0] the member name starting at js[start],
+// unescaped.
+func jsonName(dst, js []byte, start int32) []byte {
+	return jsonUnquote(dst[:0], js[start+1:jsonStringEnd(js, int(start))])
+}
+
+// jsonMemberEnd returns where the member whose name starts at js[i] ends:
+// at the next member's name, or at the closing brace after the last.
+func jsonMemberEnd(js []byte, i int) int {
+	depth := 0
+	for i = jsonStringEnd(js, i) + 1; ; i++ {
+		switch js[i] {
+		case '"':
+			i = jsonStringEnd(js, i)
+		case '[', '{':
+			depth++
+		case ']':
+			depth--
+		case '}':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return len(js) - len(bytes.TrimLeft(js[i+1:], " \t\n\r"))
+			}
+		}
+	}
+}
+
+// jsonUnquote appends the text of a valid JSON string (without its
+// quotes) to dst, unescaped.
+func jsonUnquote(dst, s []byte) []byte {
+	hex4 := func(h []byte) (r rune) {
+		for _, c := range h {
+			switch {
+			case c >= 'a':
+				c -= 'a' - 10
+			case c >= 'A':
+				c -= 'A' - 10
+			default:
+				c -= '0'
+			}
+			r = r<<4 | rune(c)
+		}
+		return r
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			dst = append(dst, s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(s[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) && i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+				if p := utf16.DecodeRune(r, hex4(s[i+3:i+7])); p != utf8.RuneError {
+					r, i = p, i+6
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // " \ /
+			dst = append(dst, s[i])
+		}
+	}
+	return dst
+}
+
+// foldsToField reports whether name is a LUKS2 field name only
+// case-insensitively (encoding/json also matches names so; json-c only
+// exactly). The field names are lower-case ASCII.
+func foldsToField(name []byte) bool {
+	if !slices.ContainsFunc(name, func(c byte) bool { return 'A' <= c && c <= 'Z' || c >= utf8.RuneSelf }) {
+		return false
+	}
+	s := string(name)
+	for n := range luks2Names {
+		if strings.EqualFold(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// luks2Names are the member names cryptimg decodes into its structs.
+var luks2Names = func() map[string]bool {
+	names := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				names[name] = true
+			}
+			if ft := f.Type; ft.Kind() == reflect.Struct {
+				walk(ft)
+			} else if ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct {
+				walk(ft.Elem())
+			}
+		}
+	}
+	for _, v := range []any{Keyslot{}, Segment{}, Digest{}, Token{}, Config{}} {
+		walk(reflect.TypeOf(v))
+	}
+	for _, s := range []string{"keyslots", "tokens", "segments", "digests", "config"} {
+		names[s] = true
+	}
+	return names
+}()
