@@ -59,6 +59,13 @@ type Params struct {
 	// nil means crypto/rand.
 	Rand io.Reader
 
+	// Detached makes a detached header (cryptsetup luksFormat --header):
+	// the data starts at offset 0 of another file, so the payload offset
+	// is 0 and the area returned is just the header and key slots (LUKS1:
+	// up to the end of the last key slot; LUKS2: 16 MiB), the header
+	// file's content.
+	Detached bool
+
 	// Version is the LUKS version to format: 1 (the default) or 2.
 	Version int
 	// The rest applies to LUKS2 only (see luks2_format.go).
@@ -203,6 +210,10 @@ func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area 
 
 	offsets, end := slotLayout(p.KeyBytes)
 	payload := roundUp(end, uint64(p.AlignSectors))
+	areaSectors := payload
+	if p.Detached {
+		payload, areaSectors = 0, end
+	}
 	if payload > math.MaxUint32 {
 		return nil, nil, nil, fmt.Errorf("payload offset %d sectors does not fit in 32 bits", payload)
 	}
@@ -245,7 +256,7 @@ func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area 
 	}
 	copy(h.MKDigest[:], digest)
 
-	area = make([]byte, payload*SectorSize)
+	area = make([]byte, areaSectors*SectorSize)
 	slotBytes := h.KeyMaterialSectors() * SectorSize
 	for i := 1; i < NumSlots; i++ {
 		off := int(offsets[i]) * SectorSize

@@ -93,10 +93,14 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 	}
 	defer clear(material)
 
+	dataOffset := u64s(luks2DataOffset)
+	if p.Detached {
+		dataOffset = 0
+	}
 	h := &LUKS2{
 		bin:      &luks2Bin{HdrSize: luks2HdrSize, SeqID: 1, Label: p.Label, CsumAlg: "sha256", UUID: uuid, Subsystem: p.Subsystem},
 		Keyslots: map[int]*Keyslot{0: k},
-		Segments: map[int]*Segment{0: {Type: "crypt", Offset: luks2DataOffset, Size: "dynamic", Encryption: p.Cipher, SectorSize: p.SectorSize}},
+		Segments: map[int]*Segment{0: {Type: "crypt", Offset: dataOffset, Size: "dynamic", Encryption: p.Cipher, SectorSize: p.SectorSize}},
 		Digests:  map[int]*Digest{0: d},
 		Tokens:   map[int]*Token{},
 		Config:   Config{JSONSize: luks2HdrSize - luks2BinSize, KeyslotsSize: luks2KeyslotsSize},

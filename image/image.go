@@ -50,6 +50,9 @@ var (
 	// ErrUnaligned reports plaintext that is not a whole number of the
 	// header's sectors (LUKS2 sectors may be up to 4096 bytes).
 	ErrUnaligned = errors.New("image size is not a multiple of the sector size")
+	// ErrDetached reports a detached LUKS header (payload offset 0) opened
+	// as an image: its data is in another file (OpenDetached, --header).
+	ErrDetached error = detachedError{}
 	// ErrLUKS2Qcow2 refuses a LUKS2 header inside qcow2: qemu reads and
 	// writes LUKS1 only there.
 	ErrLUKS2Qcow2 = errors.New("qcow2 images carry LUKS1 only (qemu has no LUKS2 support)")
@@ -94,7 +97,71 @@ type Encrypted struct {
 	AllowCost bool
 
 	f    io.ReaderAt
+	hf   io.ReaderAt // the file holding the header: f, or a detached header file
 	qcow *qcow2.Image
+}
+
+// hdr is the file the header and its key slots are read from.
+func (e *Encrypted) hdr() io.ReaderAt {
+	if e.hf != nil {
+		return e.hf
+	}
+	return e.f
+}
+
+// OpenHeader reads a detached LUKS header file, as cryptsetup's --header
+// names one: the header and its key slots, with the data in another file
+// at the header's payload offset (normally 0). The result serves the key
+// and header commands, which change only the header file; OpenDetached
+// pairs it with the data.
+func OpenHeader(f *os.File) (*Encrypted, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+	}
+	if qcow2.IsQcow2(f) {
+		return nil, fmt.Errorf("%w: a qcow2 image is not a detached header", header.ErrNotLUKS)
+	}
+	h, err := header.Read(f, 0, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	return &Encrypted{Format: Raw, Header: h, PayloadOffset: h.Info().PayloadOffset, FileSize: st.Size(), f: f, hf: f}, nil
+}
+
+// OpenDetached opens the data file data under the detached header file
+// hdr: the payload starts at the header's payload offset in data and runs
+// to its end (or the header's fixed size).
+func OpenDetached(hdr, data *os.File) (*Encrypted, error) {
+	e, err := OpenHeader(hdr)
+	if err != nil {
+		return nil, fmt.Errorf("header %s: %w", hdr.Name(), err)
+	}
+	st, err := data.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", data.Name())
+	}
+	size, i := st.Size(), e.Header.Info()
+	if size < e.PayloadOffset {
+		return nil, fmt.Errorf("%w: %s is %d bytes, its payload starts at %d", ErrTruncated, data.Name(), size, e.PayloadOffset)
+	}
+	e.f, e.FileSize, e.PayloadSize = data, size, size-e.PayloadOffset
+	if i.PayloadSize != 0 {
+		if i.PayloadSize > e.PayloadSize {
+			return nil, fmt.Errorf("%w: %s is %d bytes, its payload ends at %d", ErrTruncated, data.Name(), size, e.PayloadOffset+i.PayloadSize)
+		}
+		e.PayloadSize = i.PayloadSize
+	}
+	if e.PayloadSize%int64(i.SectorSize) != 0 {
+		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
+	}
+	return e, nil
 }
 
 // Open reads the LUKS header of an encrypted image, raw LUKS or
@@ -147,7 +214,7 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 func attachedPayload(h header.Header) (int64, error) {
 	p := h.Info().PayloadOffset
 	if p == 0 {
-		return 0, fmt.Errorf("%w: detached-header images (payload offset 0) are not supported", header.ErrCorrupt)
+		return 0, ErrDetached
 	}
 	return p, nil
 }
@@ -212,7 +279,7 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 	if err := e.checkCost(slot); err != nil {
 		return nil, err
 	}
-	vk, used, err := e.Header.Unlock(e.f, e.HeaderOffset, passphrase, slot)
+	vk, used, err := e.Header.Unlock(e.hdr(), e.HeaderOffset, passphrase, slot)
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +398,10 @@ type EncryptOptions struct {
 	// ClusterSize of a qcow2 output; 0 means 64 KiB.
 	ClusterSize int64
 	Pipeline    Pipeline
+	// HeaderFile, if set, receives a detached header (cryptsetup
+	// luksFormat --header): the output is then the ciphertext alone, from
+	// offset 0, raw only.
+	HeaderFile io.WriterAt
 }
 
 // EncryptRaw encrypts the plaintext raw image src into a raw LUKS1 image
@@ -382,6 +453,12 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		}
 		luks2SectorSize(&o.Header, src.Size)
 	}
+	if o.HeaderFile != nil {
+		if o.Format == Qcow2 {
+			return nil, errors.New("a detached header goes with a raw output only")
+		}
+		o.Header.Detached = true
+	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {
 		return nil, err
@@ -389,6 +466,11 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 	defer f.Clear()
 	if err := EncryptTo(ctx, dst, src, f, o); err != nil {
 		return nil, err
+	}
+	if o.HeaderFile != nil {
+		if _, err := o.HeaderFile.WriteAt(f.Area, 0); err != nil {
+			return nil, fmt.Errorf("failed to write header: %w", err)
+		}
 	}
 	return f.Header, nil
 }
@@ -409,10 +491,13 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	if o.Format == Qcow2 {
 		return encryptQcow2(ctx, dst, src, f.Area, t, o)
 	}
-	if _, err := dst.WriteAt(f.Area, 0); err != nil {
-		return fmt.Errorf("failed to write header: %w", err)
-	}
 	payload := f.Header.Info().PayloadOffset
+	// A header with payload offset 0 is detached: the caller stores it.
+	if payload > 0 {
+		if _, err := dst.WriteAt(f.Area, 0); err != nil {
+			return fmt.Errorf("failed to write header: %w", err)
+		}
+	}
 	ss := c.Geometry().SectorSize
 	if src.Size%int64(ss) != 0 {
 		return fmt.Errorf("%w: the input of %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, src.Size, ss)
@@ -438,3 +523,12 @@ func SameFile(a, b string) bool {
 	}
 	return os.SameFile(sa, sb)
 }
+
+type detachedError struct{}
+
+func (detachedError) Error() string {
+	return "this is a detached LUKS header (payload offset 0): the data it encrypts is in another file"
+}
+
+// Is keeps the exit status of a header that is not an image by itself.
+func (detachedError) Is(target error) bool { return target == header.ErrCorrupt }

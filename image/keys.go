@@ -99,7 +99,7 @@ type rwFile interface {
 }
 
 func (e *Encrypted) rw() (rwFile, error) {
-	f, ok := e.f.(rwFile)
+	f, ok := e.hdr().(rwFile)
 	if !ok {
 		return nil, errors.New("image: updates need the image opened from an *os.File")
 	}
@@ -220,6 +220,9 @@ func verifySlot(name string, passphrase []byte, slot int) error {
 	}
 	defer f.Close()
 	e, err := Open(f)
+	if errors.Is(err, ErrDetached) {
+		e, err = OpenHeader(f)
+	}
 	if err != nil {
 		return err
 	}
@@ -385,7 +388,7 @@ func (e *Encrypted) HeaderBackup(path string) error {
 	n := e.Header.BackupSize()
 	buf := make([]byte, n)
 	defer clear(buf)
-	m, err := e.f.ReadAt(buf, e.HeaderOffset)
+	m, err := e.hdr().ReadAt(buf, e.HeaderOffset)
 	if m < len(buf) && err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("failed to read header area: %w", err)
 	}

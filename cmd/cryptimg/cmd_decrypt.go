@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/cryptimg/cryptimg/image"
@@ -41,6 +43,9 @@ clusters in qcow2 output).
 			if o.inPlace || o.resume {
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")
+				}
+				if g.header != "" {
+					return usagef("--in-place does not take --header yet")
 				}
 				return runDecryptInPlace(cmd, g, o, args[0])
 			}
@@ -82,10 +87,11 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	if err := checkNotPending(src, in); err != nil {
 		return err
 	}
-	e, err := image.Open(src)
+	e, closeHeader, err := openData(g, src, in)
 	if err != nil {
-		return fmt.Errorf("%s: %w", in, err)
+		return err
 	}
+	defer closeHeader()
 	k, err := unlockImage(g, e, o.key, in, passPrompt(in), o.keySlot)
 	if err != nil {
 		return err
@@ -115,4 +121,29 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
 		volumeJSON: volumeOf(e.Header, k.Slot),
 	})
+}
+
+// openData opens the encrypted image src (named in), with its header in
+// the --header file if one is given; the caller runs the returned close.
+func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func(), error) {
+	if g.header == "" {
+		e, err := image.Open(src)
+		if errors.Is(err, image.ErrDetached) {
+			err = fmt.Errorf("%w; name it with --header HEADER and give the data file as the image", err)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", in, err)
+		}
+		return e, func() {}, nil
+	}
+	hf, err := openInput(g.header)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := image.OpenDetached(hf, src)
+	if err != nil {
+		hf.Close()
+		return nil, nil, fmt.Errorf("%s: %w", in, err)
+	}
+	return e, func() { hf.Close() }, nil
 }

@@ -88,11 +88,14 @@ type keySlotJSON struct {
 }
 
 func runDump(g *globalOptions, o dumpOptions, path string) error {
-	f, e, err := openImage(path)
+	f, e, err := openImage(g, path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if g.header != "" {
+		path = g.header // the header's file, as luksDump --header names it
+	}
 	if o.dumpVolumeKey {
 		return runDumpVolumeKey(g, o, path, e)
 	}

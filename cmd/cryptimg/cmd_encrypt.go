@@ -114,6 +114,9 @@ and renamed only when complete.
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")
 				}
+				if g.header != "" {
+					return usagef("--in-place does not take --header yet")
+				}
 				return runEncryptInPlace(cmd, g, o, args[0])
 			}
 			if len(args) != 2 {
@@ -257,21 +260,41 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return err
 	}
 	defer done()
-	prog := g.newProgress("encrypt")
-	start := time.Now()
-	h, err := image.Encrypt(cmd.Context(), dst.File, plain, image.EncryptOptions{
+	eo := image.EncryptOptions{
 		Header:      params,
 		Passphrase:  key,
 		Format:      format,
 		ClusterSize: o.clusterSize,
-		Pipeline:    g.pipeline(prog),
-	})
+	}
+	var hdr *image.Output
+	if g.header != "" {
+		if formatOr(format, plain.Format) != image.Raw {
+			return usagef("--header makes a raw output only")
+		}
+		hd, hdone, err := createOutput(g, g.header, o.force)
+		if err != nil {
+			return err
+		}
+		defer hdone()
+		hdr, eo.HeaderFile = hd, hd.File
+	}
+	prog := g.newProgress("encrypt")
+	eo.Pipeline = g.pipeline(prog)
+	start := time.Now()
+	h, err := image.Encrypt(cmd.Context(), dst.File, plain, eo)
 	prog.finish(err == nil)
 	if err != nil {
 		return err
 	}
+	// The data first: a header without its data is no use to anyone, and
+	// neither file appears until both are complete.
 	if err := dst.Commit(); err != nil {
 		return err
+	}
+	if hdr != nil {
+		if err := hdr.Commit(); err != nil {
+			return err
+		}
 	}
 	return g.report(o.json, summary{
 		Op: "encrypt", Input: in, Output: out, Format: string(formatOr(format, plain.Format)),

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
@@ -27,7 +29,7 @@ file renamed when complete, and an existing FILE is refused.
 			if image.SameFile(path, out) {
 				return usagef("%s: %w", out, image.ErrSameFile)
 			}
-			f, e, err := openImage(path)
+			f, e, err := openImage(g, path)
 			if err != nil {
 				return err
 			}
@@ -133,7 +135,7 @@ no key).
 
 func runUUID(g *globalOptions, o uuidOptions, path string) error {
 	if o.uuid == "" {
-		f, e, err := openImage(path)
+		f, e, err := openImage(g, path)
 		if err != nil {
 			return err
 		}
@@ -141,7 +143,7 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 		fmt.Fprintln(g.stdout, e.Header.Info().UUID)
 		return nil
 	}
-	f, e, err := openImageRW(path)
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return err
 	}
@@ -176,12 +178,22 @@ check failed.
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
+			if g.header != "" {
+				if _, err := os.Stat(path); err != nil {
+					return err
+				}
+				path = g.header
+			}
 			f, err := openInput(path)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
 			e, err := image.Open(f)
+			if errors.Is(err, image.ErrDetached) || (err != nil && g.header != "") {
+				// A detached header is LUKS, as cryptsetup isLuks says.
+				e, err = image.OpenHeader(f)
+			}
 			if err != nil {
 				if o.verbose {
 					// %v, not %w: a non-LUKS file is exit 1 here, not 4.

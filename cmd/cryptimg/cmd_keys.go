@@ -58,20 +58,37 @@ func info(g *globalOptions, format string, a ...any) {
 
 // openImage opens an encrypted image read-only; errors name it. The caller
 // closes the file.
-func openImage(path string) (*os.File, *image.Encrypted, error) {
-	return openEncrypted(path, openInput)
+func openImage(g *globalOptions, path string) (*os.File, *image.Encrypted, error) {
+	return openEncrypted(g, path, openInput)
 }
 
 // openEncrypted opens path with open and reads its LUKS header; errors name
-// the image, and the file is closed on failure.
-func openEncrypted(path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
+// the image, and the file is closed on failure. With --header the header
+// file is opened instead, as cryptsetup's key and header commands change
+// only the header file; path must exist.
+func openEncrypted(g *globalOptions, path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
+	hdr := g.header != ""
+	if hdr {
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil, err
+		}
+		path = g.header
+	}
 	f, err := open(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := image.Open(f)
+	var e *image.Encrypted
+	if hdr {
+		e, err = image.OpenHeader(f)
+	} else {
+		e, err = image.Open(f)
+	}
 	if err != nil {
 		f.Close()
+		if errors.Is(err, image.ErrDetached) {
+			err = fmt.Errorf("%w; name it with --header HEADER and give the data file as the image", err)
+		}
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, e, nil
@@ -79,8 +96,8 @@ func openEncrypted(path string, open func(string) (*os.File, error)) (*os.File, 
 
 // openImageRW opens an encrypted image for a header update, locked
 // against other cryptimg processes (exit 5 if one holds it).
-func openImageRW(path string) (*os.File, *image.Encrypted, error) {
-	return openEncrypted(path, openLocked)
+func openImageRW(g *globalOptions, path string) (*os.File, *image.Encrypted, error) {
+	return openEncrypted(g, path, openLocked)
 }
 
 // openLocked opens path read-write under the exclusive lock reencrypt
@@ -243,7 +260,7 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 	if o.volumeKeyFile != "" && o.key.keyFile != "" {
 		return usagef("--volume-key-file and --key-file exclude each other")
 	}
-	f, e, err := openImageRW(path)
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return err
 	}
@@ -325,7 +342,7 @@ func runRemoveKey(g *globalOptions, o removeOptions, path string) error {
 	if err := mustConfirm(g, "remove-key"); err != nil {
 		return err
 	}
-	f, e, err := openImageRW(path)
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return err
 	}
@@ -396,7 +413,7 @@ func runKillSlot(g *globalOptions, o removeOptions, path, slotArg string) error 
 	if err := mustConfirm(g, "kill-slot"); err != nil {
 		return err
 	}
-	f, e, err := openImageRW(path)
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return err
 	}
@@ -495,7 +512,7 @@ func runChangeKey(g *globalOptions, o changeKeyOptions, path string) error {
 	if err := checkKeySources(o.key, o.newKey); err != nil {
 		return err
 	}
-	f, e, err := openImageRW(path)
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return err
 	}
@@ -562,7 +579,7 @@ func runTestKey(g *globalOptions, o testKeyOptions, path string) error {
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
-	f, e, err := openImage(path)
+	f, e, err := openImage(g, path)
 	if err != nil {
 		return err
 	}

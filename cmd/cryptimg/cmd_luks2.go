@@ -14,8 +14,8 @@ import (
 )
 
 // openLUKS2RW opens path read-write and locked, and requires LUKS2.
-func openLUKS2RW(path string) (*os.File, *image.Encrypted, *header.LUKS2, error) {
-	f, e, err := openImageRW(path)
+func openLUKS2RW(g *globalOptions, path string) (*os.File, *image.Encrypted, *header.LUKS2, error) {
+	f, e, err := openImageRW(g, path)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -51,7 +51,7 @@ others). Both header copies are rewritten, each synced.
 			if fl.Changed("priority") && (!ok || slot < 0) {
 				return usagef("--priority takes ignore, normal or prefer, with --key-slot")
 			}
-			f, e, h, err := openLUKS2RW(path)
+			f, e, h, err := openLUKS2RW(g, path)
 			if err != nil {
 				return err
 			}
@@ -111,7 +111,7 @@ Without --token-id, import and add take the lowest free number and print it.
 				if id < 0 {
 					return usagef("token export needs --token-id")
 				}
-				f, e, err := openImage(path)
+				f, e, err := openImage(g, path)
 				if err != nil {
 					return err
 				}
@@ -148,7 +148,7 @@ Without --token-id, import and add take the lowest free number and print it.
 			case action == "remove" && id < 0:
 				return usagef("token remove needs --token-id")
 			}
-			f, e, h, err := openLUKS2RW(path)
+			f, e, h, err := openLUKS2RW(g, path)
 			if err != nil {
 				return err
 			}
@@ -211,7 +211,7 @@ as cryptsetup repair does; with both copies good it does nothing.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			f, e, h, err := openLUKS2RW(path)
+			f, e, h, err := openLUKS2RW(g, path)
 			if err != nil {
 				return err
 			}

@@ -88,6 +88,9 @@ func withPartition(cmd *cobra.Command, op, exampleArgs string, conflicts func() 
 		if conflicts() {
 			return usagef("--partition writes a raw disk image: it excludes --in-place, --resume and --output-format qcow2")
 		}
+		if c.Flags().Lookup("header").Changed {
+			return usagef("--partition keeps the header in the partition: it excludes --header")
+		}
 		if len(args) != 2 {
 			return usagef("%s --partition takes INPUT and OUTPUT", op)
 		}

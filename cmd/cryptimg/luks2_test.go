@@ -259,6 +259,13 @@ func TestKernelLUKS2(t *testing.T) {
 	copyImage(t, src, inplace)
 	mustRun(t, "encrypt", "--in-place", "-q", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, inplace)
 	o.reads("in-place", inplace, key, fileSHA(t, src))
+	// Detached headers, LUKS1 and LUKS2: the data from offset 0 of one
+	// disk, the header on another.
+	for _, typ := range []string{"luks1", "luks2"} {
+		hdr, data := filepath.Join(dir, "detached-"+typ+".hdr"), filepath.Join(dir, "detached-"+typ+".data")
+		mustRun(t, "encrypt", "-d", key, "--type", typ, "--pbkdf", "pbkdf2", fastIter, "--header", hdr, src, data)
+		o.reads("detached-"+typ, data, key, fileSHA(t, src), "--header", o.disk(hdr))
+	}
 	busy := filepath.Join(dir, "ours-busy.luks2")
 	copyImage(t, added, busy)
 	markBusy(t, busy)

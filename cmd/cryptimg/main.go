@@ -59,6 +59,7 @@ type globalOptions struct {
 	progress string
 	jobs     int
 	chunk    int // --chunk-size in bytes; 0 = the pipeline's default
+	header   string // --header: a detached LUKS header file
 
 	cleanup *cleanupList
 	// graceful, once set by a command (open in the foreground), makes a
@@ -121,7 +122,13 @@ type the passphrase at the terminal prompt.
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
 	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
+	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt and the key and header commands")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if g.header != "" && !detachedCommands[cmd.Name()] {
+			return usagef("%s does not take --header", cmd.CommandPath())
+		}
+		return g.validate()
+	}
 	root.AddCommand(
 		newEncryptCommand(g),
 		newDecryptCommand(g),
@@ -268,3 +275,10 @@ func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// detachedCommands take --header.
+var detachedCommands = map[string]bool{
+	"encrypt": true, "decrypt": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
+	"kill-slot": true, "test-key": true, "header-backup": true, "uuid": true, "is-luks": true, "config": true,
+	"add": true, "remove": true, "import": true, "export": true, "repair": true,
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDetachedHeader: --header FILE keeps the header and key slots in FILE
+// and the data from offset 0 of the image, as cryptsetup's --header does.
+// cryptimg's detached headers, LUKS1 and LUKS2, are read by cryptsetup
+// (luksDump, open --test-passphrase, LUKS2's offline decryption), the key
+// and header commands change only the header file, and cryptimg decrypts
+// what cryptsetup's offline encryption with a detached header wrote.
+func TestDetachedHeader(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	key2 := writeFile(t, filepath.Join(dir, "key2"), "second passphrase")
+	plain := randomFile(t, dir, "plain.raw", 4<<20)
+	for _, c := range []struct {
+		typ, payload string
+		opts         []string
+	}{
+		{"luks1", "Payload offset:\t0", nil},
+		{"luks2", "offset: 0 [bytes]", []string{"--pbkdf", "pbkdf2"}},
+	} {
+		t.Run(c.typ, func(t *testing.T) {
+			hdr, data := filepath.Join(dir, c.typ+".hdr"), filepath.Join(dir, c.typ+".data")
+			mustRun(t, append(append([]string{"encrypt", "-d", key, "--type", c.typ, fastIter, "--header", hdr}, c.opts...), plain, data)...)
+			if st, _ := os.Stat(data); st.Size() != 4<<20 {
+				t.Fatalf("the data file is %d bytes, want the plaintext's 4 MiB", st.Size())
+			}
+			if st, _ := os.Stat(hdr); st.Mode().Perm() != 0o600 {
+				t.Errorf("header file mode %v, want 0600", st.Mode().Perm())
+			}
+			dump := sh(t, cs, "luksDump", hdr)
+			if !strings.Contains(dump, c.payload) {
+				t.Errorf("luksDump of the header lacks %q:\n%s", c.payload, dump)
+			}
+			// LUKS2's dump is luksDump's byte for byte; LUKS1's differs in
+			// whitespace only.
+			got := mustRun(t, "dump", "--header", hdr, data).stdout
+			norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+			if (c.typ == "luks2" && got != dump) || strings.Replace(norm(got), "Payload size: 0 bytes ", "", 1) != norm(dump) {
+				t.Errorf("dump --header differs from luksDump:\n%s\nwant\n%s", got, dump)
+			}
+			sh(t, cs, "open", "--test-passphrase", "--header", hdr, "--key-file", key, data)
+			out := filepath.Join(dir, c.typ+".out")
+			mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+			sameContent(t, plain, out)
+
+			// Key and header commands change the header file only.
+			dataSum := fileSHA(t, data)
+			mustRun(t, append([]string{"add-key", "-q", "-d", key, "--new-key-file", key2, fastIter, "--header", hdr, data}, c.opts...)...)
+			sh(t, cs, "open", "--test-passphrase", "--header", hdr, "--key-file", key2, data)
+			mustRun(t, "test-key", "-d", key2, "--header", hdr, data)
+			if got, want := strings.TrimSpace(mustRun(t, "uuid", "--header", hdr, data).stdout), strings.TrimSpace(sh(t, cs, "luksUUID", hdr)); got != want {
+				t.Errorf("uuid --header %q, cryptsetup %q", got, want)
+			}
+			mustRun(t, "is-luks", "--type", c.typ, "--header", hdr, data)
+			mustRun(t, "is-luks", hdr) // a detached header is LUKS, as for isLuks
+			ours, theirs := filepath.Join(dir, c.typ+".bk"), filepath.Join(dir, c.typ+".csbk")
+			mustRun(t, "header-backup", "--header", hdr, data, ours)
+			sh(t, cs, "luksHeaderBackup", hdr, "--header-backup-file", theirs)
+			sameContent(t, ours, theirs)
+			mustRun(t, "remove-key", "-q", "-d", key, "--header", hdr, data)
+			if csCode(t, cs, "open", "--test-passphrase", "--header", hdr, "--key-file", key, data) == 0 {
+				t.Error("the removed key still opens")
+			}
+			if fileSHA(t, data) != dataSum {
+				t.Error("a key command changed the data file")
+			}
+
+			// The header file alone is not an image.
+			r := cryptimg(t, "", "decrypt", "-d", key2, hdr, filepath.Join(dir, "x"))
+			if r.code != exitBadImage || !strings.Contains(r.stderr, "detached") || !strings.Contains(r.stderr, "--header") {
+				t.Errorf("decrypt of the header file: exit %d, %s", r.code, r.stderr)
+			}
+			if c.typ == "luks2" {
+				requireRoot(t) // cryptsetup's offline reencryption
+				sh(t, cs, "reencrypt", "--decrypt", "--header", hdr, "--key-file", key2, "--batch-mode", "--disable-locks", "--force-offline-reencrypt", data)
+				sameContent(t, plain, data)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"ls", "--header", "h", "img"}, {"reencrypt", "--header", "h", "img"},
+		{"encrypt", "--in-place", "--header", "h", "img"}, {"encrypt", "--header", "h", "--partition", "2", "a", "b"},
+		{"encrypt", "-O", "qcow2", "-d", key, "--header", filepath.Join(dir, "q.hdr"), plain, filepath.Join(dir, "q.qcow2")},
+	} {
+		if r := cryptimg(t, "", args...); r.code != exitFailure || !strings.Contains(r.stderr, "header") {
+			t.Errorf("%v: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
+	noFile(t, filepath.Join(dir, "q.hdr"))
+	noFile(t, filepath.Join(dir, "q.qcow2"))
+}
+
+// TestDetachedFromCryptsetup: cryptsetup's offline encryption with a
+// detached LUKS2 header (root only) decrypts byte-exact in cryptimg.
+func TestDetachedFromCryptsetup(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	requireRoot(t)
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 4<<20)
+	data, hdr := filepath.Join(dir, "data"), filepath.Join(dir, "hdr")
+	copyFile(t, plain, data)
+	sh(t, cs, "reencrypt", "--encrypt", "--type", "luks2", "--header", hdr, "--key-file", key, "--pbkdf", "pbkdf2",
+		"--pbkdf-force-iterations", "1000", "--batch-mode", "--disable-locks", data)
+	if a, b := fileSHA(t, data), fileSHA(t, plain); a == b {
+		t.Fatal("cryptsetup did not encrypt the data")
+	}
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+	sameContent(t, plain, out)
+	b, _ := os.ReadFile(out)
+	if !bytes.Equal(b, mustRead(t, plain)) {
+		t.Fatal("plaintext differs")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
