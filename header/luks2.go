@@ -63,7 +63,6 @@ type luks2Bin struct {
 // its data is partly under the old key and partly under the new one.
 var ErrLUKS2Reencrypt = errors.New("the LUKS2 header records an unfinished cryptsetup reencryption; finish it with cryptsetup reencrypt --resume-only first")
 
-
 // readLUKS2Copy reads and checks the header copy at off (0 for the
 // primary): magic, version, hdr_offset, size, checksum and the JSON area's
 // framing. The JSON itself is checked by the caller.

@@ -226,5 +226,4 @@ func (h *LUKS2) SlotKDF(o KDFOptions) (KDF, error) {
 	return luks2KDF(o, h.Digests[h.digest].Hash, h.keyBytes())
 }
 
-
 var _ Header = (*LUKS2)(nil)

@@ -58,7 +58,7 @@ type globalOptions struct {
 	slowKDF  bool // --allow-slow-kdf: unlock whatever the key derivation costs
 	progress string
 	jobs     int
-	chunk    int // --chunk-size in bytes; 0 = the pipeline's default
+	chunk    int    // --chunk-size in bytes; 0 = the pipeline's default
 	header   string // --header: a detached LUKS header file
 
 	cleanup *cleanupList
