@@ -111,11 +111,13 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	if err != nil {
 		return nil, err
 	}
-	e, err := image.Open(src)
+	e, closeHeader, err := openData(g, src, path)
 	if err != nil {
 		src.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
+	// The header's key slots are read by the unlock only.
+	defer closeHeader()
 	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
 	if err != nil {
 		src.Close()

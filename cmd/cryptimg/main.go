@@ -122,7 +122,7 @@ type the passphrase at the terminal prompt.
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
 	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
-	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt and the key and header commands")
+	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt, ls, cat, open and the key and header commands")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if g.header != "" && !detachedCommands[cmd.Name()] {
 			return usagef("%s does not take --header", cmd.CommandPath())
@@ -280,5 +280,5 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 var detachedCommands = map[string]bool{
 	"encrypt": true, "decrypt": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "uuid": true, "is-luks": true, "config": true,
-	"add": true, "remove": true, "import": true, "export": true, "repair": true,
+	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true,
 }

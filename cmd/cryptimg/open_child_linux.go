@@ -42,6 +42,13 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 	}
 	defer readyR.Close()
 	args := []string{"open", "--key-slot", strconv.Itoa(k.Slot)}
+	if g.header != "" {
+		hdr, err := filepath.Abs(g.header)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--header", hdr)
+	}
 	if readOnly {
 		args = append(args, "--read-only")
 	}

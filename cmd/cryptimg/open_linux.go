@@ -55,10 +55,11 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 		return err
 	}
 	defer src.Close()
-	e, err := image.Open(src)
+	e, closeHeader, err := openData(g, src, img)
 	if err != nil {
-		return fmt.Errorf("%s: %w", img, err)
+		return err
 	}
+	defer closeHeader()
 	var k *image.Key
 	if child {
 		if k, err = childKey(e, o.keySlot); err != nil {
