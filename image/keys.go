@@ -453,7 +453,11 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 	}
 	size := st.Size()
 	limit := int64(-1) // bytes available for the header area
-	if e, err := Open(f); err == nil {
+	e, err := Open(f)
+	if errors.Is(err, ErrDetached) {
+		e, err = OpenHeader(f) // a detached header file
+	}
+	if err == nil {
 		r.Current, r.offset = e.Header, e.HeaderOffset
 		if e.Qcow2 != nil {
 			limit = e.Qcow2.CryptLength

@@ -80,6 +80,13 @@ func runHeaderRestore(g *globalOptions, o headerRestoreOptions, path, backup str
 	if err := mustConfirm(g, "header-restore"); err != nil {
 		return err
 	}
+	if g.header != "" {
+		// As cryptsetup's --header: the backup goes into the header file.
+		if _, err := os.Stat(path); err != nil {
+			return err
+		}
+		path = g.header
+	}
 	f, err := openLocked(path)
 	if err != nil {
 		return err

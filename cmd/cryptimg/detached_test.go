@@ -66,6 +66,10 @@ func TestDetachedHeader(t *testing.T) {
 			mustRun(t, "header-backup", "--header", hdr, data, ours)
 			sh(t, cs, "luksHeaderBackup", hdr, "--header-backup-file", theirs)
 			sameContent(t, ours, theirs)
+			// Restore the header file from its backup after damaging it.
+			flipByte(t, hdr, 300)
+			mustRun(t, "header-restore", "-q", "--header", hdr, data, ours)
+			mustRun(t, "test-key", "-d", key2, "--header", hdr, data)
 			mustRun(t, "remove-key", "-q", "-d", key, "--header", hdr, data)
 			if csCode(t, cs, "open", "--test-passphrase", "--header", hdr, "--key-file", key, data) == 0 {
 				t.Error("the removed key still opens")
