@@ -42,6 +42,10 @@ type ReencryptOptions struct {
 	// Confirm, if set, is called on a fresh start, before anything is
 	// written, with the slots that will be removed; an error aborts.
 	Confirm func(removed []int) error
+	// Header, if set, is the detached header file of the image
+	// (cryptsetup --header): the header is read, marked and replaced
+	// there, and the data, from the header's payload offset, in img.
+	Header File
 	InPlaceOptions
 }
 
@@ -50,9 +54,22 @@ func isQcow2(img io.ReaderAt) bool { return qcow2.IsQcow2(img) }
 // luksArea locates the LUKS header of an image given as File.
 type luksArea struct {
 	format Format
-	off    int64 // byte offset of the phdr
+	hf     File  // the file holding the header: the image, or a detached header
+	off    int64 // byte offset of the phdr in hf
 	limit  int64 // bytes the header area may take
 	qcow   *qcow2.Image
+}
+
+// locate is locateLUKS, or the detached header file hdr when it is set.
+func locate(img, hdr File) (*luksArea, error) {
+	if hdr == nil {
+		return locateLUKS(img)
+	}
+	size, err := storageSize(hdr)
+	if err != nil {
+		return nil, err
+	}
+	return &luksArea{format: Raw, hf: hdr, limit: size}, nil
 }
 
 func locateLUKS(img File) (*luksArea, error) {
@@ -61,7 +78,7 @@ func locateLUKS(img File) (*luksArea, error) {
 		return nil, err
 	}
 	if !qcow2.IsQcow2(img) {
-		return &luksArea{format: Raw, limit: size}, nil
+		return &luksArea{format: Raw, hf: img, limit: size}, nil
 	}
 	im, err := qcow2.Open(img, size)
 	if err != nil {
@@ -70,7 +87,7 @@ func locateLUKS(img File) (*luksArea, error) {
 	if im.CryptMethod != qcow2.CryptLUKS {
 		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
 	}
-	return &luksArea{format: Qcow2, off: im.CryptOffset, limit: im.CryptLength, qcow: im}, nil
+	return &luksArea{format: Qcow2, hf: img, off: im.CryptOffset, limit: im.CryptLength, qcow: im}, nil
 }
 
 func isQcow2Marked(img File) (bool, error) {
@@ -89,9 +106,12 @@ func isQcow2Marked(img File) (bool, error) {
 
 // readPhdr reads the header at a.off, accepting the LUKS\xde\xad marking
 // of an unfinished reencryption.
-func (a *luksArea) readPhdr(img File) (header.Header, error) {
-	return header.ReadMarked(img, a.off, a.limit)
+func (a *luksArea) readPhdr() (header.Header, error) {
+	return header.ReadMarked(a.hf, a.off, a.limit)
 }
+
+// detached reports a header in a file of its own.
+func (a *luksArea) detached(img File) bool { return a.hf != img }
 
 // dataExtents lists the encrypted data of the image in a fixed order, with
 // DstOffset the host offset and SrcOffset the position in the stream.
@@ -102,7 +122,7 @@ func (a *luksArea) dataExtents(img File, h header.Header) ([]sectors.Extent, int
 			return nil, 0, err
 		}
 		p := h.Info().PayloadOffset
-		if p == 0 || size < p || (size-p)%SectorSize != 0 {
+		if (p == 0 && !a.detached(img)) || size < p || (size-p)%SectorSize != 0 {
 			return nil, 0, fmt.Errorf("%w: payload does not fit the file", ErrTruncated)
 		}
 		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: rawIV(0)}}, size - p, nil
@@ -174,7 +194,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 		}
 	}
-	loc, err := locateLUKS(img)
+	loc, err := locate(img, o.Header)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +203,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
 	if st.Phase == phaseData {
-		oh, err := loc.readPhdr(img)
+		oh, err := loc.readPhdr()
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +221,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
 		}
 		// Mark the image (idempotent): LUKS1's magic, LUKS2's requirement.
-		if err := applyMark(img, loc.off, oh); err != nil {
+		if err := applyMark(loc.hf, loc.off, oh); err != nil {
 			return nil, err
 		}
 		ss := int64(oh.Info().SectorSize)
@@ -314,7 +334,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	c.finish = func() error {
 		// The whole new area over the marked old header, in the format's
 		// order; the image stays marked until the new header is whole.
-		if err := applyUpdate(img, st.HdrOff, nh.Install(area)); err != nil {
+		if err := applyUpdate(loc.hf, st.HdrOff, nh.Install(area)); err != nil {
 			return err
 		}
 		return complete(j, js)
@@ -353,7 +373,7 @@ func reencryptCiphers(img File, loc *luksArea, oh, nh header.Header, area []byte
 		}
 		return nil, err
 	}
-	if oldC, err = unlock(oh, img, loc.off); err != nil {
+	if oldC, err = unlock(oh, loc.hf, loc.off); err != nil {
 		return nil, nil, err
 	}
 	if newC, err = unlock(nh, bytes.NewReader(area), 0); err != nil {
@@ -364,11 +384,11 @@ func reencryptCiphers(img File, loc *luksArea, oh, nh header.Header, area []byte
 }
 
 func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []int, []int, error) {
-	loc, err := locateLUKS(img)
+	loc, err := locate(img, o.Header)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	oh, err := header.Read(img, loc.off, loc.limit)
+	oh, err := header.Read(loc.hf, loc.off, loc.limit)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -380,7 +400,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	slotOf := map[int][]byte{}
 	var kept []int
 	for i, p := range o.Passphrases {
-		vk, slot, err := oh.Unlock(img, loc.off, p, -1)
+		vk, slot, err := oh.Unlock(loc.hf, loc.off, p, -1)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("key %d: %w", i+1, err)
 		}
@@ -420,7 +440,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 		p.KeyBytes = o.KeyBytes
 	}
 	room := loc.limit
-	if loc.format == Raw {
+	if loc.format == Raw && !loc.detached(img) {
 		room = oi.PayloadOffset
 	}
 	_, vk, area, err := oh.Rekey(p, slotOf, room)

@@ -149,8 +149,21 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	if err != nil {
 		return err
 	}
+	var hdr *os.File
+	if g.header != "" {
+		// The detached header changes too: locked like the image.
+		if hdr, err = lockImage(g.header); err != nil {
+			return err
+		}
+		defer hdr.Close()
+	}
 	if !resuming {
-		e, err := image.Open(f)
+		var e *image.Encrypted
+		if hdr != nil {
+			e, err = image.OpenDetached(hdr, f)
+		} else {
+			e, err = image.Open(f)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -187,7 +200,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	}
 	prog := g.newProgress("reencrypt")
 	start := time.Now()
-	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), image.ReencryptOptions{
+	ro := image.ReencryptOptions{
 		Passphrases: passes, Cipher: o.cipher, KeyBytes: keyBytes, Hash: o.hash,
 		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
 		PBKDF: so.PBKDF, PBKDFMemory: so.PBKDFMemory, PBKDFParallel: so.PBKDFParallel,
@@ -198,7 +211,11 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 			return confirm(g, fmt.Sprintf("This will reencrypt %s with a new volume key and remove key slots %v, whose keys were not given.", path, removed))
 		},
 		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
-	})
+	}
+	if hdr != nil {
+		ro.Header = hdr
+	}
+	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), ro)
 	prog.finish(err == nil)
 	if err != nil {
 		return interrupted(path, "reencrypt", err)

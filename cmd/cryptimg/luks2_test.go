@@ -265,6 +265,15 @@ func TestKernelLUKS2(t *testing.T) {
 		hdr, data := filepath.Join(dir, "detached-"+typ+".hdr"), filepath.Join(dir, "detached-"+typ+".data")
 		mustRun(t, "encrypt", "-d", key, "--type", typ, "--pbkdf", "pbkdf2", fastIter, "--header", hdr, src, data)
 		o.reads("detached-"+typ, data, key, fileSHA(t, src), "--header", o.disk(hdr))
+		if typ == "luks1" {
+			continue // the VM takes 20 disks; LUKS1's reencrypt is the same code
+		}
+		// And after reencrypt --header.
+		hdr2, data2 := hdr+".re", data+".re"
+		copyImage(t, hdr, hdr2)
+		copyImage(t, data, data2)
+		mustRun(t, "reencrypt", "-q", "-d", key, "--pbkdf", "pbkdf2", fastIter, "--header", hdr2, data2)
+		o.reads("detached-reencrypted-"+typ, data2, key, fileSHA(t, src), "--header", o.disk(hdr2))
 	}
 	busy := filepath.Join(dir, "ours-busy.luks2")
 	copyImage(t, added, busy)
