@@ -49,19 +49,21 @@ func convertErr(version int, format string, args ...any) error {
 
 // Convert returns h, read from r at base, converted to LUKS version (1 or
 // 2) as cryptsetup convert makes it: the new header and the bytes that
-// replace [base, base+payload offset). h and r are not changed.
-func Convert(r io.ReaderAt, base int64, h Header, version int, rnd io.Reader) (Header, []byte, error) {
+// replace [base, base+payload offset). A detached header (payload offset
+// 0) takes the size bytes its file has, and more if the move needs them,
+// as cryptsetup does with the header device. h and r are not changed.
+func Convert(r io.ReaderAt, base, size int64, h Header, version int, rnd io.Reader) (Header, []byte, error) {
 	if v := h.Info().Version; v == version {
 		return nil, nil, convertErr(version, "the header is LUKS%d already", v)
 	}
 	switch h := h.(type) {
 	case *LUKS1:
 		if version == 2 {
-			return h.toLUKS2(r, base, rnd)
+			return h.toLUKS2(r, base, size, rnd)
 		}
 	case *LUKS2:
 		if version == 1 {
-			return h.toLUKS1(r, base)
+			return h.toLUKS1(r, base, size)
 		}
 	}
 	return nil, nil, fmt.Errorf("%w: unknown LUKS version %d", ErrConvert, version)
@@ -76,14 +78,13 @@ func readArea(r io.ReaderAt, base, n int64) ([]byte, error) {
 	return b, nil
 }
 
-func (h *LUKS1) toLUKS2(r io.ReaderAt, base int64, rnd io.Reader) (Header, []byte, error) {
+func (h *LUKS1) toLUKS2(r io.ReaderAt, base, size int64, rnd io.Reader) (Header, []byte, error) {
 	payload := int64(h.PayloadOffset) * SectorSize
-	if payload == 0 {
-		return nil, nil, convertErr(2, "detached LUKS1 headers are not supported")
-	}
+	end := payload // the bytes the header area may take
+	detached := payload == 0
 	// cryptsetup: the LUKS1 area rounded up to 4096 bytes, the key
 	// material from exactly 4096 bytes, and room for the shift.
-	size := int64(roundUp(uint64(h.AreaSize()), 4096))
+	l1 := int64(roundUp(uint64(h.AreaSize()), 4096))
 	first := h.Slots[0].KeyMaterialOffset
 	for _, s := range h.Slots {
 		first = min(first, s.KeyMaterialOffset)
@@ -91,14 +92,20 @@ func (h *LUKS1) toLUKS2(r io.ReaderAt, base int64, rnd io.Reader) (Header, []byt
 	if first != slotAlign {
 		return nil, nil, convertErr(2, "the key material starts at sector %d, not %d", first, slotAlign)
 	}
-	if payload-size < convertShift {
-		return nil, nil, convertErr(2, "no room to move the key slot areas: they end at %d bytes, the data starts at %d, and the move needs %d", size, payload, convertShift)
+	if detached {
+		// A detached header's file grows by what the move needs, as
+		// cryptsetup 2.6.1 grows it (measured).
+		end = max(size, l1+convertShift)
 	}
-	old, err := readArea(r, base, payload)
+	if end-l1 < convertShift {
+		return nil, nil, convertErr(2, "no room to move the key slot areas: they end at %d bytes, the header area may take %d, and the move needs %d more", l1, end, convertShift)
+	}
+	old, err := readArea(r, base, min(end, size))
 	if err != nil {
 		return nil, nil, err
 	}
-	if bytes.HasPrefix(old[size:], []byte("LUKSMETA")) {
+	old = append(old, make([]byte, end-int64(len(old)))...)
+	if bytes.HasPrefix(old[l1:], []byte("LUKSMETA")) {
 		return nil, nil, convertErr(2, "the header has LUKSMETA metadata after its key slots")
 	}
 	n := &LUKS2{
@@ -106,7 +113,7 @@ func (h *LUKS1) toLUKS2(r io.ReaderAt, base int64, rnd io.Reader) (Header, []byt
 		Keyslots: map[int]*Keyslot{},
 		Segments: map[int]*Segment{0: {Type: "crypt", Offset: u64s(payload), Size: "dynamic", Encryption: h.CipherSpec(), SectorSize: SectorSize}},
 		Tokens:   map[int]*Token{},
-		Config:   Config{JSONSize: luks2HdrSize - luks2BinSize, KeyslotsSize: u64s(payload - 2*luks2HdrSize)},
+		Config:   Config{JSONSize: luks2HdrSize - luks2BinSize, KeyslotsSize: u64s(end - 2*luks2HdrSize)},
 	}
 	d := &Digest{Type: "pbkdf2", Segments: []string{"0"}, Hash: h.HashSpec, Iterations: h.MKDigestIter,
 		Salt: bytes.Clone(h.MKDigestSalt[:]), Digest: bytes.Clone(h.MKDigest[:])}
@@ -130,16 +137,16 @@ func (h *LUKS1) toLUKS2(r io.ReaderAt, base int64, rnd io.Reader) (Header, []byt
 		return nil, nil, err
 	}
 	area := bytes.Clone(old)
-	copy(area[2*luks2HdrSize:], old[slotAlign*SectorSize:size])
+	copy(area[2*luks2HdrSize:], old[slotAlign*SectorSize:l1])
 	copy(area, meta)
-	got, err := readLUKS2(bytes.NewReader(area), 0, payload)
+	got, err := readLUKS2(bytes.NewReader(area), 0, end)
 	if err != nil {
 		return nil, nil, fmt.Errorf("header: internal error: the converted LUKS2 header does not read back: %w", err)
 	}
 	return got, area, nil
 }
 
-func (h *LUKS2) toLUKS1(r io.ReaderAt, base int64) (Header, []byte, error) {
+func (h *LUKS2) toLUKS1(r io.ReaderAt, base, size int64) (Header, []byte, error) {
 	if err := h.writable(); err != nil {
 		return nil, nil, err
 	}
@@ -225,7 +232,11 @@ func (h *LUKS2) toLUKS1(r io.ReaderAt, base int64) (Header, []byte, error) {
 			copy(n.Slots[i].Salt[:], k.KDF.Salt)
 		}
 	}
-	old, err := readArea(r, base, payload)
+	end := payload // the bytes the header area takes
+	if payload == 0 {
+		end = h.Info().AreaSize // detached
+	}
+	old, err := readArea(r, base, end)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,7 +245,7 @@ func (h *LUKS2) toLUKS1(r io.ReaderAt, base int64) (Header, []byte, error) {
 	copy(area[slotAlign*SectorSize:], old[2*luks2HdrSize:ks])
 	clear(area[:slotAlign*SectorSize])
 	copy(area, n.Marshal())
-	got, err := Read(bytes.NewReader(area), 0, payload)
+	got, err := Read(bytes.NewReader(area), 0, end)
 	if err != nil {
 		return fail("the LUKS1 header would not be valid: %v", err)
 	}

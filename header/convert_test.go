@@ -81,7 +81,7 @@ func TestConvertLikeCryptsetup(t *testing.T) {
 			add := append([]string{"luksAddKey", "-q", "--key-file", key, "--new-keyfile", key2, "--key-slot", "3"}, fast...)
 			path := csImage(t, cs, dir, tc.name+".img", 8<<20, tc.format, add)
 			h1, orig := readHeaderFile(t, path)
-			h2, area, err := Convert(bytes.NewReader(orig), 0, h1, 2, testRand(tc.name))
+			h2, area, err := Convert(bytes.NewReader(orig), 0, int64(len(orig)), h1, 2, testRand(tc.name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestConvertLikeCryptsetup(t *testing.T) {
 			}
 			// And back: the LUKS1 header is the original, byte for byte,
 			// as far as its key material goes.
-			h3, back, err := Convert(bytes.NewReader(area), 0, h2, 1, nil)
+			h3, back, err := Convert(bytes.NewReader(area), 0, int64(len(area)), h2, 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestConvertLikeCryptsetup(t *testing.T) {
 			}
 			path := csImage(t, cs, dir, "l2-"+tc.name+".img", 32<<20, cmds...)
 			h, orig := readHeaderFile(t, path)
-			h1, area, err := Convert(bytes.NewReader(orig), 0, h, 1, nil)
+			h1, area, err := Convert(bytes.NewReader(orig), 0, int64(len(orig)), h, 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestConvertRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := csImage(t, cs, dir, tc.name+".img", 32<<20, tc.cmds...)
 			h, b := readHeaderFile(t, path)
-			_, _, err := Convert(bytes.NewReader(b), 0, h, 1, nil)
+			_, _, err := Convert(bytes.NewReader(b), 0, int64(len(b)), h, 1, nil)
 			if !errors.Is(err, ErrConvert) || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
 				t.Fatalf("got %v, want ErrConvert saying %q", err, tc.want)
 			}
@@ -208,13 +208,13 @@ func TestConvertRefuses(t *testing.T) {
 	// no room for the move.
 	path := csImage(t, cs, dir, "tight.img", 8<<20, []string{"luksFormat", "-q", "--type", "luks1", "--key-file", key, "--pbkdf-force-iterations", "1000", "--align-payload", "4040"})
 	h, b := readHeaderFile(t, path)
-	if _, _, err := Convert(bytes.NewReader(b), 0, h, 2, nil); !errors.Is(err, ErrConvert) {
+	if _, _, err := Convert(bytes.NewReader(b), 0, int64(len(b)), h, 2, nil); !errors.Is(err, ErrConvert) {
 		t.Fatalf("got %v, want ErrConvert", err)
 	}
 	if out, rc := runCryptsetup(t, cs, "convert", "-q", "--type", "luks2", path); rc == 0 {
 		t.Fatalf("cryptsetup converted it: %s", out)
 	}
-	if _, _, err := Convert(bytes.NewReader(b), 0, h, 1, nil); !errors.Is(err, ErrConvert) {
+	if _, _, err := Convert(bytes.NewReader(b), 0, int64(len(b)), h, 1, nil); !errors.Is(err, ErrConvert) {
 		t.Fatalf("LUKS1 to LUKS1: got %v", err)
 	}
 }

@@ -105,11 +105,11 @@ func startConvert(img File, js JournalStore, o ConvertOptions) (*journal, error)
 		}
 		return nil, fmt.Errorf("%w to LUKS1: the header is LUKS1 already", header.ErrConvert)
 	}
-	_, area, err := header.Convert(img, 0, h, o.Version, o.Rand)
+	size, err := storageSize(img)
 	if err != nil {
 		return nil, err
 	}
-	size, err := storageSize(img)
+	_, area, err := header.Convert(img, 0, size, h, o.Version, o.Rand)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
@@ -56,6 +57,14 @@ func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path str
 	if version == 0 && (o.typ != "" || !o.resume) {
 		return usagef("--type must be luks1 or luks2")
 	}
+	if g.header != "" {
+		// A detached header converts in its own file, as with
+		// cryptsetup's --header; the data is not touched.
+		if _, err := os.Stat(path); err != nil {
+			return err
+		}
+		path = g.header
+	}
 	f, err := lockImage(path)
 	if err != nil {
 		return err
@@ -68,7 +77,12 @@ func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path str
 	if resuming {
 		info(g, "resuming the unfinished conversion of %s", path)
 	} else {
-		e, err := image.Open(f)
+		var e *image.Encrypted
+		if g.header != "" {
+			e, err = image.OpenHeader(f)
+		} else {
+			e, err = image.Open(f)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -132,4 +133,61 @@ func readPrefix(t *testing.T, path string, n int) []byte {
 		t.Fatal(err)
 	}
 	return b[:min(n, len(b))]
+}
+
+// TestConvertDetached: convert --header converts a detached header in its
+// own file as cryptsetup convert --header does (LUKS2 → LUKS1 byte for
+// byte; LUKS1 → LUKS2 in a header file with room for the move), and the
+// data still decrypts.
+func TestConvertDetached(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 2<<20)
+	hdr, data := filepath.Join(dir, "hdr"), filepath.Join(dir, "data")
+	mustRun(t, "encrypt", "-d", key, "--type", "luks2", "--sector-size", "512", "--pbkdf", "pbkdf2", fastIter, "--header", hdr, plain, data)
+	theirs := filepath.Join(dir, "theirs")
+	copyFile(t, hdr, theirs)
+	mustRun(t, "convert", "-q", "--type", "luks1", "--header", hdr, data)
+	sh(t, cs, "convert", "-q", "--type", "luks1", "--header", theirs, data)
+	sameContent(t, hdr, theirs)
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+	sameContent(t, plain, out)
+
+	// And back: the 16 MiB header file has room for the move.
+	mustRun(t, "convert", "-q", "--type", "luks2", "--header", hdr, data)
+	sh(t, cs, "convert", "-q", "--type", "luks2", "--header", theirs, data)
+	a, b := sh(t, cs, "luksDump", "--dump-json-metadata", hdr), sh(t, cs, "luksDump", "--dump-json-metadata", theirs)
+	var ja, jb any
+	if json.Unmarshal([]byte(a), &ja) != nil || json.Unmarshal([]byte(b), &jb) != nil || !reflect.DeepEqual(ja, jb) {
+		t.Errorf("LUKS2 metadata differs from cryptsetup's:\n%s\nwant\n%s", a, b)
+	}
+	// cryptsetup's own detached LUKS1 header file ends with its key slots:
+	// both tools grow it by the 28672 bytes of the move.
+	full, fullCS := filepath.Join(dir, "full"), filepath.Join(dir, "full-cs")
+	sh(t, cs, "luksFormat", "-q", "--type", "luks1", "--header", full, "--key-file", key, "--pbkdf-force-iterations", "1000", data)
+	copyFile(t, full, fullCS)
+	mustRun(t, "convert", "-q", "--type", "luks2", "--header", full, data)
+	sh(t, cs, "convert", "-q", "--type", "luks2", "--header", fullCS, data)
+	a, b = sh(t, cs, "luksDump", "--dump-json-metadata", full), sh(t, cs, "luksDump", "--dump-json-metadata", fullCS)
+	if json.Unmarshal([]byte(a), &ja) != nil || json.Unmarshal([]byte(b), &jb) != nil || !reflect.DeepEqual(ja, jb) {
+		t.Errorf("LUKS2 metadata of the grown header differs from cryptsetup's:\n%s\nwant\n%s", a, b)
+	}
+	if sa, sb := fileSize(t, full), fileSize(t, fullCS); sa != sb || sa != 2068480+28672 {
+		t.Errorf("grown header files: %d bytes, cryptsetup's %d", sa, sb)
+	}
+	sh(t, cs, "open", "--test-passphrase", "--header", full, "--key-file", key, data)
+	os.Remove(out)
+	mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+	sameContent(t, plain, out)
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }

@@ -93,7 +93,6 @@ func TestDetachedHeader(t *testing.T) {
 		})
 	}
 	for _, args := range [][]string{
-		{"convert", "--type", "luks2", "--header", "h", "img"},
 		{"encrypt", "--in-place", "--header", "h", "img"}, {"encrypt", "--header", "h", "--partition", "2", "a", "b"},
 		{"encrypt", "-O", "qcow2", "-d", key, "--header", filepath.Join(dir, "q.hdr"), plain, filepath.Join(dir, "q.qcow2")},
 	} {

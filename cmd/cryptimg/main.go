@@ -280,5 +280,5 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 var detachedCommands = map[string]bool{
 	"encrypt": true, "decrypt": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "header-restore": true, "uuid": true, "is-luks": true, "config": true,
-	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true,
+	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true, "convert": true,
 }
