@@ -237,6 +237,9 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 	}
 	defer closeStorage(j.s)
 	st := j.st
+	if st.Shift == 0 {
+		return nil, errHeaderKind(false)
+	}
 	blob, err := j.blob()
 	if err != nil {
 		return nil, err
@@ -403,6 +406,9 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 	}
 	defer closeStorage(j.s)
 	st := j.st
+	if st.Shift == 0 {
+		return nil, errHeaderKind(false)
+	}
 	blob, err := j.blob()
 	if err != nil {
 		return nil, err

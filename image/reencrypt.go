@@ -234,102 +234,8 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 			return newC.EncryptSectors(d, d, first)
 		}
-		bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
-		read := func(k int64) ([]sectors.Extent, []byte, error) {
-			n := c.windowLen(k)
-			w := slice(exts, k*st.Window, n)
-			b := bufs[k%2][:n]
-			for _, e := range w {
-				if _, err := img.ReadAt(b[e.SrcOffset:e.SrcOffset+e.Length], e.DstOffset); err != nil {
-					return nil, nil, &sectors.IOError{Op: "read input", Offset: e.DstOffset, Err: err}
-				}
-			}
-			return w, b, nil
-		}
-		convert := func(ctx context.Context, w []sectors.Extent, b []byte, progress func(int64)) error {
-			ro := runOpts(o.Pipeline, progress)
-			ro.SectorSize = int(ss)
-			if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, ro); err != nil {
-				return err
-			}
-			return syncErr(img, "image")
-		}
-		// The next window is read while this one is converted: windows
-		// never overlap, and each has its own buffer.
-		type window struct {
-			k   int64
-			w   []sectors.Extent
-			b   []byte
-			err error
-		}
-		prefetch := func(k int64) chan window {
-			ch := make(chan window, 1)
-			go func() {
-				w, b, err := read(k)
-				ch <- window{k, w, b, err}
-			}()
-			return ch
-		}
-		var next chan window
-		defer func() {
-			if next != nil {
-				<-next
-			}
-		}()
-		c.step = func(ctx context.Context, k int64, progress func(int64)) error {
-			if next == nil {
-				next = prefetch(k)
-			}
-			cur := <-next
-			next = nil
-			if cur.k != k {
-				panic("image: windows out of order")
-			}
-			if cur.err != nil {
-				return cur.err
-			}
-			if k+1 < st.Windows {
-				next = prefetch(k + 1)
-			}
-			w, b := cur.w, cur.b
-			fp := make([]byte, len(b)/SectorSize*fpSize)
-			for i := range len(b) / SectorSize {
-				copy(fp[i*fpSize:(i+1)*fpSize], b[i*SectorSize:])
-			}
-			if err := j.writeRecord(record{Window: k, FP: fp}); err != nil {
-				return err
-			}
-			return convert(ctx, w, b, progress)
-		}
-		c.redo = func(ctx context.Context, r *record, progress func(int64)) error {
-			w, b, err := read(r.Window)
-			if err != nil {
-				return err
-			}
-			if len(r.FP) != len(b)/SectorSize*fpSize {
-				return fmt.Errorf("%w: record of window %d has %d fingerprints", ErrJournalCorrupt, r.Window, len(r.FP)/fpSize)
-			}
-			// A sector whose first bytes are still the old ciphertext's
-			// was not rewritten; every other one already holds new data.
-			// (A sector of the cipher's size is written whole or not at
-			// all, as cryptsetup's checksum resilience assumes too.)
-			var todo []sectors.Extent
-			for _, e := range w {
-				for s := e.SrcOffset; s < e.SrcOffset+e.Length; s += ss {
-					i := s / SectorSize
-					if !bytes.Equal(b[s:s+fpSize], r.FP[i*fpSize:(i+1)*fpSize]) {
-						continue
-					}
-					d := s - e.SrcOffset
-					if n := len(todo); n > 0 && todo[n-1].SrcOffset+todo[n-1].Length == s && todo[n-1].DstOffset+todo[n-1].Length == e.DstOffset+d {
-						todo[n-1].Length += ss
-						continue
-					}
-					todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: ss, Sector: ivAfter(e.Sector, d)})
-				}
-			}
-			return convert(ctx, todo, b, nil)
-		}
+		closePrefetch := sameSpotWindows(c, img, exts, ss, t, o.Pipeline)
+		defer closePrefetch()
 	}
 	c.finish = func() error {
 		// The whole new area over the marked old header, in the format's
@@ -343,6 +249,112 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 		return nil, err
 	}
 	return &Result{Op: OpReencrypt, Format: loc.format, Header: nh, Bytes: st.DataLen, Resumed: resumed, Kept: kept, Removed: removed}, nil
+}
+
+// sameSpotWindows sets c's steps for a conversion whose every sector is
+// rewritten where it lies by t (reencrypt, and in-place encryption or
+// decryption with a detached header): each window is read (the next one
+// while this one is converted), its sectors' fingerprints recorded, then
+// converted; the redo after a crash converts only the ss-byte sectors that
+// still hold their fingerprint. It returns what waits for the last read.
+func sameSpotWindows(c *converter, img File, exts []sectors.Extent, ss int64, t sectors.Transform, p Pipeline) (closePrefetch func()) {
+	j, st := c.j, c.j.st
+	bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
+	read := func(k int64) ([]sectors.Extent, []byte, error) {
+		n := c.windowLen(k)
+		w := slice(exts, k*st.Window, n)
+		b := bufs[k%2][:n]
+		for _, e := range w {
+			if _, err := img.ReadAt(b[e.SrcOffset:e.SrcOffset+e.Length], e.DstOffset); err != nil {
+				return nil, nil, &sectors.IOError{Op: "read input", Offset: e.DstOffset, Err: err}
+			}
+		}
+		return w, b, nil
+	}
+	convert := func(ctx context.Context, w []sectors.Extent, b []byte, progress func(int64)) error {
+		ro := runOpts(p, progress)
+		ro.SectorSize = int(ss)
+		if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, ro); err != nil {
+			return err
+		}
+		return syncErr(img, "image")
+	}
+	// The next window is read while this one is converted: windows
+	// never overlap, and each has its own buffer.
+	type window struct {
+		k   int64
+		w   []sectors.Extent
+		b   []byte
+		err error
+	}
+	prefetch := func(k int64) chan window {
+		ch := make(chan window, 1)
+		go func() {
+			w, b, err := read(k)
+			ch <- window{k, w, b, err}
+		}()
+		return ch
+	}
+	var next chan window
+	c.step = func(ctx context.Context, k int64, progress func(int64)) error {
+		if next == nil {
+			next = prefetch(k)
+		}
+		cur := <-next
+		next = nil
+		if cur.k != k {
+			panic("image: windows out of order")
+		}
+		if cur.err != nil {
+			return cur.err
+		}
+		if k+1 < st.Windows {
+			next = prefetch(k + 1)
+		}
+		w, b := cur.w, cur.b
+		fp := make([]byte, len(b)/SectorSize*fpSize)
+		for i := range len(b) / SectorSize {
+			copy(fp[i*fpSize:(i+1)*fpSize], b[i*SectorSize:])
+		}
+		if err := j.writeRecord(record{Window: k, FP: fp}); err != nil {
+			return err
+		}
+		return convert(ctx, w, b, progress)
+	}
+	c.redo = func(ctx context.Context, r *record, progress func(int64)) error {
+		w, b, err := read(r.Window)
+		if err != nil {
+			return err
+		}
+		if len(r.FP) != len(b)/SectorSize*fpSize {
+			return fmt.Errorf("%w: record of window %d has %d fingerprints", ErrJournalCorrupt, r.Window, len(r.FP)/fpSize)
+		}
+		// A sector whose first bytes are still the old ciphertext's
+		// was not rewritten; every other one already holds new data.
+		// (A sector of the cipher's size is written whole or not at
+		// all, as cryptsetup's checksum resilience assumes too.)
+		var todo []sectors.Extent
+		for _, e := range w {
+			for s := e.SrcOffset; s < e.SrcOffset+e.Length; s += ss {
+				i := s / SectorSize
+				if !bytes.Equal(b[s:s+fpSize], r.FP[i*fpSize:(i+1)*fpSize]) {
+					continue
+				}
+				d := s - e.SrcOffset
+				if n := len(todo); n > 0 && todo[n-1].SrcOffset+todo[n-1].Length == s && todo[n-1].DstOffset+todo[n-1].Length == e.DstOffset+d {
+					todo[n-1].Length += ss
+					continue
+				}
+				todo = append(todo, sectors.Extent{SrcOffset: s, DstOffset: e.DstOffset + d, Length: ss, Sector: ivAfter(e.Sector, d)})
+			}
+		}
+		return convert(ctx, todo, b, nil)
+	}
+	return func() {
+		if next != nil {
+			<-next
+		}
+	}
 }
 
 // applyMark marks the header h at base busy; idempotent.

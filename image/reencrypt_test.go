@@ -170,6 +170,87 @@ type crashCase struct {
 	check  func(t *testing.T, img, plain, before []byte)
 }
 
+// detachedCases are the in-place operations with a detached header, which
+// is the file "hdr" on the same fault disk: run finds (or makes) it there,
+// and check reads it from the disk of the last run.
+func detachedCases() []crashCase {
+	// Each case has its own last disk: the cases run in parallel.
+	disk := func() (hdrOf func(JournalStore, func() []byte) File, last func() *faultDisk) {
+		var d *faultDisk
+		return func(js JournalStore, initial func() []byte) File {
+				d = js.(faultJournal).d
+				if f := d.files["hdr"]; f != nil {
+					return f
+				}
+				return d.add("hdr", initial())
+			}, func() *faultDisk {
+				return d
+			}
+	}
+	encHdrOf, encLast := disk()
+	decHdrOf, decLast := disk()
+	var encHdr []byte // the header of the decrypt case's image
+	return []crashCase{
+		{
+			name: "encrypt-detached",
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				return bytes.Clone(plain), plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := EncryptDetachedInPlace(ctx, img, encHdrOf(js, func() []byte { return nil }), js,
+					EncryptInPlaceOptions{Header: header.Params{ForceIterations: 1000}, Passphrase: rePass, InPlaceOptions: faultOpts()})
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				hdr := encLast().files["hdr"].cur
+				h, err := header.Read(bytes.NewReader(hdr), 0, int64(len(hdr)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				vk, _, err := h.Unlock(bytes.NewReader(hdr), 0, rePass, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, _ := h.NewSectorCipher(vk)
+				got := make([]byte, len(img))
+				c.DecryptSectors(got, img, 0)
+				if h.Info().PayloadOffset != 0 || !bytes.Equal(got, plain) {
+					t.Fatal("plaintext changed")
+				}
+			},
+		},
+		{
+			name:   "decrypt-detached-luks2",
+			atom:   4096,
+			points: 100,
+			setup: func(rng *rand.Rand) ([]byte, []byte) {
+				plain := testPlain(rng, faultImage)
+				p := testParams(rng)
+				p.Version, p.PBKDF, p.Detached = 2, "pbkdf2", true
+				h, vk, area, err := header.Format(rePass, p)
+				if err != nil {
+					panic(err)
+				}
+				c, _ := h.NewSectorCipher(vk)
+				img := make([]byte, len(plain))
+				c.EncryptSectors(img, plain, 0)
+				encHdr = area
+				return img, plain
+			},
+			run: func(ctx context.Context, img File, js JournalStore) error {
+				_, err := DecryptDetachedInPlace(ctx, img, decHdrOf(js, func() []byte { return bytes.Clone(encHdr) }), js, rePass, -1, faultOpts())
+				return err
+			},
+			check: func(t *testing.T, img, plain, _ []byte) {
+				if n := len(decLast().files["hdr"].cur); !bytes.Equal(img, plain) || n != 0 {
+					t.Fatalf("plaintext changed, or the header file is left (%d bytes)", n)
+				}
+			},
+		},
+	}
+}
+
 func crashCases() []crashCase {
 	reencrypt := func(ctx context.Context, img File, js JournalStore) error {
 		_, err := Reencrypt(ctx, img, js, ReencryptOptions{Passphrases: [][]byte{rePass}, ForceIterations: 1000, InPlaceOptions: faultOpts()})
@@ -335,7 +416,7 @@ func TestPowerLoss(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		points = 40
 	}
-	for ci, c := range crashCases() {
+	for ci, c := range append(crashCases(), detachedCases()...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(uint64(ci), 7))
@@ -389,7 +470,7 @@ func TestPowerLoss(t *testing.T) {
 // TestFaults fails a read (EIO) or a write (ENOSPC) in the middle of each
 // operation: the error says what failed, and running again completes.
 func TestFaults(t *testing.T) {
-	for ci, c := range crashCases() {
+	for ci, c := range append(crashCases(), detachedCases()...) {
 		for _, kind := range []string{"EIO", "ENOSPC"} {
 			t.Run(c.name+"/"+kind, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(ci), 9))

@@ -44,9 +44,6 @@ clusters in qcow2 output).
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")
 				}
-				if g.header != "" {
-					return usagef("--in-place does not take --header yet")
-				}
 				return runDecryptInPlace(cmd, g, o, args[0])
 			}
 			if len(args) != 2 {

@@ -114,9 +114,6 @@ and renamed only when complete.
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")
 				}
-				if g.header != "" {
-					return usagef("--in-place does not take --header yet")
-				}
 				return runEncryptInPlace(cmd, g, o, args[0])
 			}
 			if len(args) != 2 {

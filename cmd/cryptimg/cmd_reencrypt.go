@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -321,10 +322,24 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	defer clear(key)
 	prog := g.newProgress("encrypt")
 	start := time.Now()
-	r, err := image.EncryptInPlace(cmd.Context(), f, image.Sidecar(path), image.EncryptInPlaceOptions{
+	eo := image.EncryptInPlaceOptions{
 		Header: params, Passphrase: key,
 		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
-	})
+	}
+	var r *image.Result
+	if g.header != "" {
+		hdr, err := createHeaderFile(g.header, resuming)
+		if err != nil {
+			return err
+		}
+		defer hdr.Close()
+		r, err = image.EncryptDetachedInPlace(cmd.Context(), f, hdr, image.Sidecar(path), eo)
+		if _, serr := os.Stat(path + image.JournalSuffix); err != nil && !resuming && serr != nil {
+			os.Remove(g.header) // refused before it started: the file it made is empty
+		}
+	} else {
+		r, err = image.EncryptInPlace(cmd.Context(), f, image.Sidecar(path), eo)
+	}
 	prog.finish(err == nil)
 	if err != nil {
 		return interrupted(path, "encrypt --in-place", err)
@@ -351,10 +366,24 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	if err != nil {
 		return err
 	}
+	var hdr *os.File
+	if g.header != "" {
+		if hdr, err = lockImage(g.header); err != nil {
+			return err
+		}
+		defer hdr.Close()
+	}
 	if resuming {
 		info(g, "resuming the unfinished in-place decryption of %s", path)
-	} else if _, err := image.Open(f); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	} else {
+		if hdr != nil {
+			_, err = image.OpenDetached(hdr, f)
+		} else {
+			_, err = image.Open(f)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
 	if err != nil {
@@ -363,11 +392,54 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	defer clear(key)
 	prog := g.newProgress("decrypt")
 	start := time.Now()
-	r, err := image.DecryptInPlace(cmd.Context(), f, image.Sidecar(path), key, o.keySlot,
-		image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)})
+	ipo := image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)}
+	var r *image.Result
+	if hdr != nil {
+		r, err = image.DecryptDetachedInPlace(cmd.Context(), f, hdr, image.Sidecar(path), key, o.keySlot, ipo)
+	} else {
+		r, err = image.DecryptInPlace(cmd.Context(), f, image.Sidecar(path), key, o.keySlot, ipo)
+	}
 	prog.finish(err == nil)
 	if err != nil {
 		return interrupted(path, "decrypt --in-place", err)
 	}
 	return reportInPlace(g, o.json, path, r, time.Since(start))
+}
+
+// createHeaderFile opens the detached header file that encrypt --in-place
+// --header fills at the end: a new file (mode 0600, its directory entry
+// synced), or, when resuming, the one the first run made, or an empty one
+// a run killed before it started left.
+func createHeaderFile(path string, resuming bool) (*os.File, error) {
+	flag := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if resuming {
+		flag = os.O_RDWR | os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		// An empty one is left by a run killed before it started; a
+		// header file with anything in it is someone's.
+		if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() && st.Size() == 0 {
+			f, err = os.OpenFile(path, os.O_RDWR, 0)
+		} else {
+			return nil, fmt.Errorf("%w: %s", image.ErrExists, path)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tryLock(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is locked by another process", image.ErrBusy, path)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("failed to sync the directory of %s: %w", path, err)
+	}
+	return f, nil
 }

@@ -234,3 +234,69 @@ func TestDetachedReencrypt(t *testing.T) {
 		})
 	}
 }
+
+// TestDetachedInPlace: encrypt --in-place --header encrypts the data file
+// where it lies and writes the header file at the end; cryptsetup opens
+// and (LUKS2, root) decrypts the result offline; decrypt --in-place
+// --header gives the plaintext back and empties the header file. Both are
+// killed at random moments and run again.
+func TestDetachedInPlace(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 16<<20)
+	for _, typ := range []string{"luks1", "luks2"} {
+		t.Run(typ, func(t *testing.T) {
+			hdr, data := filepath.Join(dir, typ+".hdr"), filepath.Join(dir, typ+".data")
+			copyFile(t, plain, data)
+			enc := []string{"encrypt", "--in-place", "-q", "-d", key, "--type", typ, "--pbkdf", "pbkdf2", fastIter, "--hotzone-size", "1048576", "--header", hdr, data}
+			dec := []string{"decrypt", "--in-place", "-d", key, "--hotzone-size", "1048576", "--header", hdr, data}
+			rng := rand.New(rand.NewPCG(11, uint64(len(typ))))
+			// Up to three kills, each at a random moment of the first
+			// second, then the same command again to the end.
+			killedRun := func(args []string) {
+				t.Helper()
+				for range 3 {
+					if runKilled(t, time.Duration(rng.Int64N(int64(time.Second))), args...) {
+						return
+					}
+				}
+				if !runKilled(t, time.Hour, args...) {
+					t.Fatal("the last run did not finish")
+				}
+			}
+			killedRun(enc)
+			noFile(t, data+".cryptimg-journal")
+			if st, _ := os.Stat(data); st.Size() != 16<<20 {
+				t.Fatalf("data file is %d bytes", st.Size())
+			}
+			sh(t, cs, "open", "--test-passphrase", "--header", hdr, "--key-file", key, data)
+			out := filepath.Join(dir, typ+".out")
+			mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+			sameContent(t, plain, out)
+			if typ == "luks2" && os.Geteuid() == 0 {
+				cp, cph := filepath.Join(dir, "cp.data"), filepath.Join(dir, "cp.hdr")
+				copyFile(t, data, cp)
+				copyFile(t, hdr, cph)
+				sh(t, cs, "reencrypt", "--decrypt", "--header", cph, "--key-file", key, "--batch-mode", "--disable-locks", "--force-offline-reencrypt", cp)
+				sameContent(t, plain, cp)
+			}
+			killedRun(dec)
+			noFile(t, data+".cryptimg-journal")
+			sameContent(t, plain, data)
+			if st, _ := os.Stat(hdr); st.Size() != 0 {
+				t.Errorf("the header file keeps %d bytes", st.Size())
+			}
+		})
+	}
+	// An existing header file is not overwritten.
+	data := filepath.Join(dir, "x.data")
+	copyFile(t, plain, data)
+	old := writeFile(t, filepath.Join(dir, "old.hdr"), "keep me")
+	if r := cryptimg(t, "", "encrypt", "--in-place", "-q", "-d", key, fastIter, "--header", old, data); r.code == 0 || !strings.Contains(r.stderr, "exists") {
+		t.Errorf("encrypt --in-place over an existing header file: exit %d, %s", r.code, r.stderr)
+	}
+	if string(mustRead(t, old)) != "keep me" || fileSHA(t, data) != fileSHA(t, plain) {
+		t.Error("a refused run changed a file")
+	}
+}
