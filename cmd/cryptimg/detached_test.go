@@ -93,7 +93,7 @@ func TestDetachedHeader(t *testing.T) {
 		})
 	}
 	for _, args := range [][]string{
-		{"encrypt", "--in-place", "--header", "h", "img"}, {"encrypt", "--header", "h", "--partition", "2", "a", "b"},
+		{"encrypt", "--header", "h", "--partition", "2", "a", "b"},
 		{"encrypt", "-O", "qcow2", "-d", key, "--header", filepath.Join(dir, "q.hdr"), plain, filepath.Join(dir, "q.qcow2")},
 	} {
 		if r := cryptimg(t, "", args...); r.code != exitFailure || !strings.Contains(r.stderr, "header") {
