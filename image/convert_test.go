@@ -52,7 +52,7 @@ func convertState(t *testing.T, img, plain, vk []byte, passes ...[]byte) int {
 func TestConvertPowerCut(t *testing.T) {
 	points := 200
 	if testing.Short() || raceEnabled {
-		points = 50
+		points = 20
 	}
 	rng := rand.New(rand.NewPCG(5, 7))
 	plain := testPlain(rng, 1<<20)
