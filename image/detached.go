@@ -57,20 +57,11 @@ func EncryptDetachedInPlace(ctx context.Context, img, hdr File, js JournalStore,
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
 	if st.Phase == phaseData {
-		vk, _, err := h.Unlock(bytes.NewReader(area), 0, o.Passphrase, -1)
-		if err != nil {
-			return nil, err
-		}
-		ciph, err := h.NewSectorCipher(vk)
-		clear(vk)
+		ciph, ss, err := journalCipher(h, area, o.Passphrase, -1, st)
 		if err != nil {
 			return nil, err
 		}
 		defer ciph.Clear()
-		ss := int64(ciph.Geometry().SectorSize)
-		if st.DataLen%ss != 0 || st.Window%ss != 0 {
-			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
-		}
 		exts := []sectors.Extent{{SrcOffset: 0, DstOffset: 0, Length: st.DataLen, Sector: rawIV(0)}}
 		defer sameSpotWindows(c, img, exts, ss, ciph.EncryptSectors, o.Pipeline)()
 	}
@@ -155,22 +146,13 @@ func DecryptDetachedInPlace(ctx context.Context, img, hdr File, js JournalStore,
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 		}
-		vk, _, err := h.Unlock(bytes.NewReader(blob), 0, passphrase, slot)
-		if err != nil {
-			return nil, err
-		}
-		ciph, err := h.NewSectorCipher(vk)
-		clear(vk)
+		ciph, ss, err := journalCipher(h, blob, passphrase, slot, st)
 		if err != nil {
 			return nil, err
 		}
 		defer ciph.Clear()
 		if err := applyMark(hdr, 0, h); err != nil {
 			return nil, err
-		}
-		ss := int64(ciph.Geometry().SectorSize)
-		if st.DataLen%ss != 0 || st.Window%ss != 0 {
-			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
 		}
 		exts := []sectors.Extent{{SrcOffset: 0, DstOffset: 0, Length: st.DataLen, Sector: rawIV(0)}}
 		defer sameSpotWindows(c, img, exts, ss, ciph.DecryptSectors, o.Pipeline)()

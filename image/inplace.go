@@ -11,6 +11,7 @@ import (
 	"io"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
@@ -176,6 +177,28 @@ func (w headWriter) WriteAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// journalCipher unlocks h, read from area (a journal's header area), with
+// passphrase (slot -1: any) and returns its sector cipher and sector size,
+// checked against the journal's data length and window. The caller clears
+// the cipher.
+func journalCipher(h header.Header, area, passphrase []byte, slot int, st *state) (cipher.Sector, int64, error) {
+	vk, _, err := h.Unlock(bytes.NewReader(area), 0, passphrase, slot)
+	if err != nil {
+		return nil, 0, err
+	}
+	ciph, err := h.NewSectorCipher(vk)
+	clear(vk)
+	if err != nil {
+		return nil, 0, err
+	}
+	ss := int64(ciph.Geometry().SectorSize)
+	if st.DataLen%ss != 0 || st.Window%ss != 0 {
+		ciph.Clear()
+		return nil, 0, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
+	}
+	return ciph, ss, nil
+}
+
 // begin loads the journal of img and decides: resume it (j != nil), start
 // fresh (j == nil), or refuse (an error).
 func begin(img File, js JournalStore, op Op, resume bool) (*journal, error) {
@@ -264,12 +287,7 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
 	if st.Phase == phaseData {
-		vk, _, err := h.Unlock(bytes.NewReader(area), 0, o.Passphrase, -1)
-		if err != nil {
-			return nil, err
-		}
-		ciph, err := h.NewSectorCipher(vk)
-		clear(vk)
+		ciph, ss, err := journalCipher(h, area, o.Passphrase, -1, st)
 		if err != nil {
 			return nil, err
 		}
@@ -277,10 +295,6 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 		// Mark the image and give it its final size; both idempotent.
 		if err := applyUpdate(img, 0, mark); err != nil {
 			return nil, err
-		}
-		ss := int64(ciph.Geometry().SectorSize)
-		if st.DataLen%ss != 0 || st.Window%ss != 0 {
-			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
 		}
 		if size, err := storageSize(img); err != nil {
 			return nil, err
@@ -422,12 +436,7 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		if h.MarkedBytes() != st.head() {
 			return nil, fmt.Errorf("%w: header does not match", ErrJournalCorrupt)
 		}
-		vk, _, err := h.Unlock(bytes.NewReader(blob), 0, passphrase, slot)
-		if err != nil {
-			return nil, err
-		}
-		ciph, err := h.NewSectorCipher(vk)
-		clear(vk)
+		ciph, ss, err := journalCipher(h, blob, passphrase, slot, st)
 		if err != nil {
 			return nil, err
 		}
@@ -436,10 +445,6 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		// off until the end.
 		if err := applyMark(img, 0, h); err != nil {
 			return nil, err
-		}
-		ss := int64(ciph.Geometry().SectorSize)
-		if st.DataLen%ss != 0 || st.Window%ss != 0 {
-			return nil, fmt.Errorf("%w: %d bytes in %d-byte windows", ErrUnaligned, st.DataLen, st.Window)
 		}
 		dst := headWriter{img: img, j: j.s, off0: st.Sec0Off, n: st.head()}
 		t := ciph.DecryptSectors

@@ -470,15 +470,6 @@ func imageMarked(img File) (bool, error) {
 	return isQcow2Marked(img)
 }
 
-func isMarkedAt(img io.ReaderAt, off int64) (bool, error) {
-	var b [6]byte
-	n, err := img.ReadAt(b[:], off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("failed to read image: %w", err)
-	}
-	return n == len(b) && header.IsMarked(b[:]), nil
-}
-
 func closeStorage(s File) {
 	if c, ok := s.(io.Closer); ok {
 		c.Close()

@@ -101,7 +101,7 @@ func isQcow2Marked(img File) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return isMarkedAt(img, a.off)
+	return header.Marked(img, a.off, a.limit)
 }
 
 // readPhdr reads the header at a.off, accepting the LUKS\xde\xad marking

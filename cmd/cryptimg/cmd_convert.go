@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
@@ -57,13 +56,11 @@ func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path str
 	if version == 0 && (o.typ != "" || !o.resume) {
 		return usagef("--type must be luks1 or luks2")
 	}
-	if g.header != "" {
-		// A detached header converts in its own file, as with
-		// cryptsetup's --header; the data is not touched.
-		if _, err := os.Stat(path); err != nil {
-			return err
-		}
-		path = g.header
+	// A detached header converts in its own file, as with cryptsetup's
+	// --header; the data is not touched.
+	path, err := headerPath(g, path)
+	if err != nil {
+		return err
 	}
 	f, err := lockImage(path)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
@@ -80,12 +79,10 @@ func runHeaderRestore(g *globalOptions, o headerRestoreOptions, path, backup str
 	if err := mustConfirm(g, "header-restore"); err != nil {
 		return err
 	}
-	if g.header != "" {
-		// As cryptsetup's --header: the backup goes into the header file.
-		if _, err := os.Stat(path); err != nil {
-			return err
-		}
-		path = g.header
+	// As cryptsetup's --header: the backup goes into the header file.
+	path, err := headerPath(g, path)
+	if err != nil {
+		return err
 	}
 	f, err := openLocked(path)
 	if err != nil {
@@ -184,12 +181,9 @@ check failed.
 		Example: `  cryptimg is-luks disk.luks && echo encrypted`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := args[0]
-			if g.header != "" {
-				if _, err := os.Stat(path); err != nil {
-					return err
-				}
-				path = g.header
+			path, err := headerPath(g, args[0])
+			if err != nil {
+				return err
 			}
 			f, err := openInput(path)
 			if err != nil {

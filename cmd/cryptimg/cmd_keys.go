@@ -68,11 +68,9 @@ func openImage(g *globalOptions, path string) (*os.File, *image.Encrypted, error
 // only the header file; path must exist.
 func openEncrypted(g *globalOptions, path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
 	hdr := g.header != ""
-	if hdr {
-		if _, err := os.Stat(path); err != nil {
-			return nil, nil, err
-		}
-		path = g.header
+	path, err := headerPath(g, path)
+	if err != nil {
+		return nil, nil, err
 	}
 	f, err := open(path)
 	if err != nil {
@@ -92,6 +90,28 @@ func openEncrypted(g *globalOptions, path string, open func(string) (*os.File, e
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, e, nil
+}
+
+// headerPath is the file a header-only command works on: the --header file
+// if one is given (the image must exist, as cryptsetup requires the device),
+// else the image.
+func headerPath(g *globalOptions, image string) (string, error) {
+	if g.header == "" {
+		return image, nil
+	}
+	if _, err := os.Stat(image); err != nil {
+		return "", err
+	}
+	return g.header, nil
+}
+
+// openWithHeader reads the encrypted image f, with its header in hdr if
+// that is not nil.
+func openWithHeader(f, hdr *os.File) (*image.Encrypted, error) {
+	if hdr != nil {
+		return image.OpenDetached(hdr, f)
+	}
+	return image.Open(f)
 }
 
 // openImageRW opens an encrypted image for a header update, locked

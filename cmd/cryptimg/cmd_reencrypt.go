@@ -159,12 +159,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 		defer hdr.Close()
 	}
 	if !resuming {
-		var e *image.Encrypted
-		if hdr != nil {
-			e, err = image.OpenDetached(hdr, f)
-		} else {
-			e, err = image.Open(f)
-		}
+		e, err := openWithHeader(f, hdr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -375,15 +370,8 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	}
 	if resuming {
 		info(g, "resuming the unfinished in-place decryption of %s", path)
-	} else {
-		if hdr != nil {
-			_, err = image.OpenDetached(hdr, f)
-		} else {
-			_, err = image.Open(f)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
+	} else if _, err := openWithHeader(f, hdr); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
 	if err != nil {
