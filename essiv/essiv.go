@@ -18,6 +18,8 @@
 package essiv
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/sha256"
 	"strconv"
 
@@ -39,6 +41,9 @@ func (k KeySizeError) Error() string {
 type Cipher struct {
 	key  *asm.Schedule // bulk CBC key
 	salt *asm.Schedule // AES-256 key SHA-256(volume key), for IVs
+	// ivb is the same IV cipher as a crypto/aes block, for EncryptIVs:
+	// package asm has no single-block entry point.
+	ivb  cipher.Block
 	impl asm.Impl
 }
 
@@ -48,32 +53,82 @@ func NewCipher(key []byte) (*Cipher, error) {
 	return newCipher(key, asm.Best())
 }
 
-func newCipher(key []byte, impl asm.Impl) (*Cipher, error) {
+// NewCipherWithSalt returns a Cipher for a 16-, 24- or 32-byte AES key
+// whose IV cipher is keyed with a given 32-byte salt instead of
+// SHA-256(key). It is the ESSIV of dm-crypt's authenticated mode
+// essiv(authenc(hmac(sha256),cbc(aes)),sha256), where the salt is the
+// SHA-256 of the whole authenc key, the encryption key followed by the MAC
+// key (Linux crypto/essiv.c, essiv_aead_setkey). Neither slice is retained.
+func NewCipherWithSalt(key, salt []byte) (*Cipher, error) {
+	return NewCipherWithSaltImpl(key, salt, asm.Best())
+}
+
+// NewCipherWithSaltImpl is NewCipherWithSalt with a kernel chosen from
+// asm.Implementations() rather than the best one, so that the tests of
+// other packages can run every kernel.
+func NewCipherWithSaltImpl(key, salt []byte, impl asm.Impl) (*Cipher, error) {
 	switch len(key) {
 	case 16, 24, 32:
 	default:
 		return nil, KeySizeError(len(key))
 	}
+	if len(salt) != sha256.Size {
+		return nil, SaltSizeError(len(salt))
+	}
 	k, err := asm.NewSchedule(key)
 	if err != nil {
 		return nil, err
 	}
-	digest := sha256.Sum256(key)
-	s, err := asm.NewSchedule(digest[:])
-	clear(digest[:])
+	s, err := asm.NewSchedule(salt)
 	if err != nil {
 		return nil, err
 	}
-	return &Cipher{key: k, salt: s, impl: impl}, nil
+	ivb, err := aes.NewCipher(salt)
+	if err != nil {
+		return nil, err
+	}
+	return &Cipher{key: k, salt: s, ivb: ivb, impl: impl}, nil
+}
+
+// SaltSizeError reports an IV salt that is not 32 bytes long.
+type SaltSizeError int
+
+func (k SaltSizeError) Error() string {
+	return "essiv: invalid salt size " + strconv.Itoa(int(k)) + " (want 32 bytes)"
+}
+
+func newCipher(key []byte, impl asm.Impl) (*Cipher, error) {
+	digest := sha256.Sum256(key)
+	defer clear(digest[:])
+	return NewCipherWithSaltImpl(key, digest[:], impl)
+}
+
+// EncryptIVs encrypts len(ivs)/16 blocks in place with the IV cipher. The
+// block le64(n) || 0^8 becomes the IV of sector n, the IV that Encrypt and
+// the Sectors methods use; an authenticated mode needs it because it is
+// part of what the tag covers. Other blocks are encrypted all the same
+// (Linux crypto/essiv.c encrypts whatever 16-byte IV it is given).
+// len(ivs) must be a multiple of 16. ivs is handed to crypto/aes through an
+// interface, so a buffer that is reused avoids an allocation per call.
+func (c *Cipher) EncryptIVs(ivs []byte) {
+	if len(ivs)%BlockSize != 0 {
+		panic("essiv: input not full blocks")
+	}
+	for off := 0; off < len(ivs); off += BlockSize {
+		b := ivs[off : off+BlockSize]
+		c.ivb.Encrypt(b, b)
+	}
 }
 
 // Implementation names the kernel this Cipher uses, for example "generic".
 func (c *Cipher) Implementation() string { return c.impl.Name }
 
 // Clear wipes the expanded keys. The Cipher must not be used afterwards.
+// The crypto/aes copy of the IV key cannot be wiped; it is dropped.
 func (c *Cipher) Clear() {
 	c.key.Clear()
 	c.salt.Clear()
+	c.ivb = nil
 }
 
 // Encrypt encrypts one sector. The sector is len(plaintext) bytes, a

@@ -82,6 +82,17 @@ type Params struct {
 	SectorSize int
 	// Label and Subsystem go into the binary header (at most 47 bytes).
 	Label, Subsystem string
+	// Integrity, when set, makes an authenticated segment (cryptsetup
+	// luksFormat --integrity): the LUKS2 integrity type of a
+	// cipher.AuthMode with Cipher, "hmac(sha256)" or "aead". KeyBytes is
+	// then the whole volume key, the cipher key and the MAC key; its
+	// default is the mode's. The data is a dm-integrity device (package
+	// image/integrity), which the caller writes.
+	Integrity string
+	// NoJournal stores the persistent flag "no-journal" (cryptsetup open
+	// --integrity-no-journal --persistent): the kernel then activates the
+	// integrity layer without its journal.
+	NoJournal bool
 }
 
 func randReader(r io.Reader) io.Reader {
@@ -96,9 +107,12 @@ func (p Params) withDefaults() (Params, error) {
 	if p.Cipher == "" {
 		p.Cipher = DefaultCipherSpec
 	}
-	m, err := cipher.Parse(p.Cipher)
-	if err != nil {
-		return p, &UnsupportedCipherError{Spec: p.Cipher}
+	var m *cipher.Mode
+	if p.Integrity == "" {
+		var err error
+		if m, err = cipher.Parse(p.Cipher); err != nil {
+			return p, &UnsupportedCipherError{Spec: p.Cipher}
+		}
 	}
 	if p.Hash == "" {
 		p.Hash = DefaultHash
@@ -113,11 +127,17 @@ func (p Params) withDefaults() (Params, error) {
 		}
 		p.KeyBytes = len(p.VolumeKey)
 	}
-	if p.KeyBytes == 0 {
-		p.KeyBytes = m.DefaultKeyBytes
-	}
-	if !m.ValidKey(p.KeyBytes) {
-		return p, &cipher.KeySizeError{Mode: m, Size: p.KeyBytes}
+	if p.Integrity != "" {
+		if err := p.integrityParams(); err != nil {
+			return p, err
+		}
+	} else {
+		if p.KeyBytes == 0 {
+			p.KeyBytes = m.DefaultKeyBytes
+		}
+		if !m.ValidKey(p.KeyBytes) {
+			return p, &cipher.KeySizeError{Mode: m, Size: p.KeyBytes}
+		}
 	}
 	if p.IterTime == 0 {
 		p.IterTime = DefaultIterTime

@@ -42,6 +42,11 @@ type Header interface {
 	VerifyVolumeKey(vk []byte) bool
 	// NewSectorCipher is the payload cipher for the volume key.
 	NewSectorCipher(volumeKey []byte) (cipher.Sector, error)
+	// NewAuthSector is the payload cipher of an authenticated segment
+	// (Info().Integrity set); NewSectorCipher refuses those with
+	// ErrAuthenticated, and this refuses the others with
+	// ErrNotAuthenticated.
+	NewAuthSector(volumeKey []byte) (cipher.AuthSector, error)
 
 	// SlotKDF is the key derivation and cost of a new key slot: forced,
 	// or measured on this machine.
@@ -114,6 +119,9 @@ type Info struct {
 	// AreaSize is the end of the header's last key material, in bytes from
 	// the header: what must be readable for the header to be whole.
 	AreaSize int64
+	// Integrity is the LUKS2 integrity type of an authenticated segment
+	// ("hmac(sha256)", "aead"), else "".
+	Integrity string
 }
 
 // KDF is a key slot's key derivation and its cost.

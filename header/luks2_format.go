@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -83,7 +84,8 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 		return fail(err)
 	}
 
-	k, err := newKeyslot(p.KeyBytes, p.Hash, p.Cipher, 2*luks2HdrSize, kdf, p.Rand)
+	spec, areaKey := keyslotCipher(p.Cipher, p.Integrity != "", p.KeyBytes)
+	k, err := newKeyslot(p.KeyBytes, p.Hash, spec, areaKey, 2*luks2HdrSize, kdf, p.Rand)
 	if err != nil {
 		return fail(err)
 	}
@@ -104,6 +106,15 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 		Digests:  map[int]*Digest{0: d},
 		Tokens:   map[int]*Token{},
 		Config:   Config{JSONSize: luks2HdrSize - luks2BinSize, KeyslotsSize: luks2KeyslotsSize},
+	}
+	if p.Integrity != "" {
+		h.Segments[0].Integrity, h.Segments[0].integrity = segmentIntegrity(p.Integrity)
+	}
+	if p.NoJournal {
+		if p.Integrity == "" {
+			return fail(errors.New("no-journal applies to integrity-protected segments only"))
+		}
+		h.Config.Flags = []string{"no-journal"}
 	}
 	meta, err := h.marshalCopies(p.Rand)
 	if err != nil {
@@ -294,13 +305,13 @@ func (k *Keyslot) seal(passphrase, vk []byte, rnd io.Reader) ([]byte, error) {
 func keyslotAreaSize(keyBytes int) uint64 { return roundUp(uint64(keyBytes)*Stripes, 4096) }
 
 // newKeyslot is a luks2 keyslot for a keyBytes volume key: 4000 AF stripes
-// with afHash, its area at off, encrypted with spec, and kdf with a random
+// with afHash, its area at off, encrypted with spec and an areaKeyBytes key, and kdf with a random
 // 32-byte salt from rnd (a pbkdf2 kdf without a hash takes afHash).
-func newKeyslot(keyBytes int, afHash, spec string, off uint64, kdf KDF, rnd io.Reader) (*Keyslot, error) {
+func newKeyslot(keyBytes int, afHash, spec string, areaKeyBytes int, off uint64, kdf KDF, rnd io.Reader) (*Keyslot, error) {
 	k := &Keyslot{Type: "luks2", KeySize: keyBytes}
 	k.AF.Type, k.AF.Stripes, k.AF.Hash = "luks1", Stripes, afHash
 	k.Area.Type, k.Area.Offset, k.Area.Size = "raw", u64s(off), u64s(keyslotAreaSize(keyBytes))
-	k.Area.Encryption, k.Area.KeySize = spec, keyBytes
+	k.Area.Encryption, k.Area.KeySize = spec, areaKeyBytes
 	k.KDF.Type = kdf.Type
 	switch kdf.Type {
 	case "pbkdf2":

@@ -119,15 +119,16 @@ func overlay(r rawObject, v any) (json.RawMessage, error) {
 
 // Segment is a LUKS2 segment object.
 type Segment struct {
-	Type       string          `json:"type"`
-	Offset     u64s            `json:"offset"`
-	Size       string          `json:"size"` // decimal or "dynamic"
-	IVTweak    u64s            `json:"iv_tweak"`
-	Encryption string          `json:"encryption"`
-	SectorSize int             `json:"sector_size"`
-	Integrity  json.RawMessage `json:"integrity,omitempty"`
-	Flags      []string        `json:"flags,omitempty"`
-	size       uint64          // Size as a number; 0 for dynamic
+	Type       string            `json:"type"`
+	Offset     u64s              `json:"offset"`
+	Size       string            `json:"size"` // decimal or "dynamic"
+	IVTweak    u64s              `json:"iv_tweak"`
+	Encryption string            `json:"encryption"`
+	SectorSize int               `json:"sector_size"`
+	Integrity  json.RawMessage   `json:"integrity,omitempty"`
+	Flags      []string          `json:"flags,omitempty"`
+	size       uint64            // Size as a number; 0 for dynamic
+	integrity  *SegmentIntegrity // Integrity parsed, or nil
 	rawObject
 }
 
@@ -363,6 +364,10 @@ func (h *LUKS2) validate(size int64) error {
 		}
 		if s.size%uint64(s.SectorSize) != 0 {
 			return parseErrorf(where, "size is not a multiple of the sector size %d", s.SectorSize)
+		}
+		var err error
+		if s.integrity, err = parseIntegrity(where, s.Integrity); err != nil {
+			return err
 		}
 		if h.digestOf("segments", n) < 0 {
 			return parseErrorf(where, "not covered by any digest")

@@ -105,8 +105,8 @@ func (h *LUKS2) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (
 	if err := h.unfinished(); err != nil {
 		return nil, -1, err
 	}
-	if _, err := cipher.Parse(h.data().Encryption); err != nil {
-		return nil, -1, &UnsupportedCipherError{Spec: h.data().Encryption}
+	if err := h.checkDataCipher(); err != nil {
+		return nil, -1, err
 	}
 	try := h.dataSlots()
 	if slot != -1 {
@@ -155,7 +155,7 @@ func (h *LUKS2) Info() Info {
 	s := h.data()
 	return Info{
 		Version: 2, UUID: h.bin.UUID, Cipher: s.Encryption, KeyBytes: h.keyBytes(), Hash: h.Digests[h.digest].Hash,
-		SectorSize: s.SectorSize, PayloadOffset: int64(s.Offset), PayloadSize: int64(s.size),
+		SectorSize: s.SectorSize, PayloadOffset: int64(s.Offset), PayloadSize: int64(s.size), Integrity: h.integrityType(),
 		AreaSize: 2*h.bin.HdrSize + int64(h.Config.KeyslotsSize),
 	}
 }
@@ -203,12 +203,12 @@ func (h *LUKS2) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
 		return nil, err
 	}
 	s := h.data()
+	if s.integrity != nil {
+		return nil, ErrAuthenticated
+	}
 	m, err := cipher.Parse(s.Encryption)
 	if err != nil {
 		return nil, &UnsupportedCipherError{Spec: s.Encryption}
-	}
-	if len(s.Integrity) != 0 {
-		return nil, fmt.Errorf("LUKS2 segments with integrity are not supported yet")
 	}
 	return m.NewSector(volumeKey, cipher.Geometry{SectorSize: s.SectorSize, IVOffset: uint64(s.IVTweak)})
 }

@@ -170,7 +170,8 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 			clear(area)
 			return fail(err)
 		}
-		k, err := newKeyslot(p.KeyBytes, p.Hash, p.Cipher, off, kdf, p.Rand)
+		spec, areaKey := keyslotCipher(p.Cipher, p.Integrity != "", p.KeyBytes)
+		k, err := newKeyslot(p.KeyBytes, p.Hash, spec, areaKey, off, kdf, p.Rand)
 		if err != nil {
 			clear(area)
 			return fail(err)

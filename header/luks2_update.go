@@ -128,7 +128,8 @@ func (h *LUKS2) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyslot(kb, h.Digests[h.digest].Hash, h.data().Encryption, off, kdf, rnd)
+	spec, areaKey := keyslotCipher(h.data().Encryption, h.integrity() != nil, kb)
+	k, err := newKeyslot(kb, h.Digests[h.digest].Hash, spec, areaKey, off, kdf, rnd)
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,9 @@ func startEncryptDetached(img File, js JournalStore, o EncryptInPlaceOptions) (*
 		p.Rand = o.Rand
 	}
 	luks2SectorSize(&p, size)
+	if err := refuseAuthParams(p, "in-place encryption"); err != nil {
+		return nil, err
+	}
 	h, vk, area, err := header.Format(o.Passphrase, p)
 	if err != nil {
 		return nil, err
@@ -179,6 +182,9 @@ func startDecryptDetached(img, hdr File, js JournalStore, passphrase []byte, slo
 	}
 	h, err := header.Read(hdr, 0, hsize)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseAuth(h, "in-place decryption"); err != nil {
 		return nil, err
 	}
 	if p := h.Info().PayloadOffset; p != 0 {

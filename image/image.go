@@ -23,6 +23,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
+	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
@@ -99,6 +100,7 @@ type Encrypted struct {
 	f    io.ReaderAt
 	hf   io.ReaderAt // the file holding the header: f, or a detached header file
 	qcow *qcow2.Image
+	auth *integrity.Geometry // the integrity device of an authenticated image
 }
 
 // hdr is the file the header and its key slots are read from.
@@ -158,6 +160,13 @@ func OpenDetached(hdr, data *os.File) (*Encrypted, error) {
 		}
 		e.PayloadSize = i.PayloadSize
 	}
+	if i.Integrity != "" {
+		// The integrity superblock says what the payload holds.
+		if err := e.openAuth(size); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	if e.PayloadSize%int64(i.SectorSize) != 0 {
 		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
 	}
@@ -203,6 +212,13 @@ func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
 		}
 		e.PayloadSize = i.PayloadSize
 	}
+	if i.Integrity != "" {
+		// The integrity superblock says what the payload holds.
+		if err := e.openAuth(size); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	if e.PayloadSize%int64(i.SectorSize) != 0 {
 		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
 	}
@@ -221,7 +237,12 @@ func attachedPayload(h header.Header) (int64, error) {
 
 // Key is an unlocked volume key with its sector cipher.
 type Key struct {
+	// Cipher is the payload's sector cipher. For an authenticated image it
+	// refuses every call (header.ErrAuthenticated): use Auth.
 	Cipher cipher.Sector
+	// Auth is the authenticated cipher of an image with integrity, else
+	// nil.
+	Auth   cipher.AuthSector
 	Slot   int // the key slot that matched
 	volume []byte
 }
@@ -288,6 +309,14 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 
 // newKey wraps a volume key of h, which it takes over, with its cipher.
 func newKey(h header.Header, vk []byte, slot int) (*Key, error) {
+	if h.Info().Integrity != "" {
+		a, err := h.NewAuthSector(vk)
+		if err != nil {
+			clear(vk)
+			return nil, err
+		}
+		return &Key{Cipher: untagged{a}, Auth: a, Slot: slot, volume: vk}, nil
+	}
 	c, err := h.NewSectorCipher(vk)
 	if err != nil {
 		clear(vk)
@@ -340,6 +369,11 @@ type DecryptOptions struct {
 	// qcow2 input, else 64 KiB.
 	ClusterSize int64
 	Pipeline    Pipeline
+	// AllowCorrupt, for an authenticated image, writes sectors that fail
+	// their integrity check as zeros and goes on: the whole output is
+	// written and DecryptTo returns the *CorruptError listing them.
+	// Without it the first bad sector stops the run with that error.
+	AllowCorrupt bool
 }
 
 // DecryptTo writes the plaintext of the image to dst, an empty regular
@@ -371,6 +405,18 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 	}
 	t := k.Cipher.DecryptSectors
 	var err error
+	if e.auth != nil {
+		err = e.decryptAuth(ctx, w, k, o.Pipeline, o.AllowCorrupt)
+		if err != nil && !(o.AllowCorrupt && errors.Is(err, ErrCorrupt)) {
+			return err
+		}
+		if qw != nil {
+			if cerr := qw.close(); cerr != nil {
+				return cerr
+			}
+		}
+		return err
+	}
 	if e.Format == Qcow2 {
 		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
 	} else {
@@ -485,6 +531,12 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	}
 	if o.Format != Raw && o.Format != Qcow2 {
 		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
+	}
+	if f.Key.Auth != nil {
+		if o.Format != Raw {
+			return fmt.Errorf("%w: qcow2 output (qemu has no LUKS2)", ErrAuthenticatedUnsupported)
+		}
+		return encryptAuth(ctx, dst, src, f, o)
 	}
 	c := f.Key.Cipher
 	t := c.EncryptSectors

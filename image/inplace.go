@@ -377,6 +377,9 @@ func startEncrypt(img File, js JournalStore, o EncryptInPlaceOptions) (*journal,
 		p.Rand = o.Rand
 	}
 	luks2SectorSize(&p, size)
+	if err := refuseAuthParams(p, "in-place encryption"); err != nil {
+		return nil, err
+	}
 	h, vk, area, err := header.Format(o.Passphrase, p)
 	if err != nil {
 		return nil, err
@@ -507,6 +510,9 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	}
 	h, err := header.Read(img, 0, size)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseAuth(h, "in-place decryption"); err != nil {
 		return nil, err
 	}
 	shift, err := attachedPayload(h)

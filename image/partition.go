@@ -197,6 +197,9 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 		return nil, err
 	}
 	luks2SectorSize(&o.Header, d.part.GetSize())
+	if err := refuseAuthParams(o.Header, "partition encryption"); err != nil {
+		return nil, err
+	}
 	h, vk, area, err := header.Format(o.Passphrase, o.Header)
 	if err != nil {
 		return nil, err
@@ -258,6 +261,9 @@ func OpenPartition(f *os.File, index int) (*Encrypted, error) {
 	h, err := header.Read(f, start, size)
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: %w", index, err)
+	}
+	if err := refuseAuth(h, fmt.Sprintf("partition %d", index)); err != nil {
+		return nil, err
 	}
 	payload, err := attachedPayload(h)
 	if err != nil {

@@ -404,6 +404,9 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if err := refuseAuth(oh, "reencryption"); err != nil {
+		return nil, nil, nil, err
+	}
 	_, total, err := loc.dataExtents(img, oh)
 	if err != nil {
 		return nil, nil, nil, err

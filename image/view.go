@@ -57,6 +57,9 @@ func (e *Encrypted) View(f *os.File, k *Key, readOnly bool) (View, error) {
 	}
 	switch e.Format {
 	case Raw:
+		if e.auth != nil {
+			return newAuthView(f, k.Auth, e.auth, readOnly), nil
+		}
 		return newRawView(f, k.Cipher, e.PayloadOffset, e.PayloadSize, readOnly), nil
 	case Qcow2:
 		st, err := f.Stat()
@@ -78,13 +81,7 @@ func (e *Encrypted) KeyFromVolume(vk []byte, slot int) (*Key, error) {
 	if !e.Header.VerifyVolumeKey(vk) {
 		return nil, fmt.Errorf("volume key does not match the header: %w", header.ErrNoMatchingKeyslot)
 	}
-	v := bytes.Clone(vk)
-	c, err := e.Header.NewSectorCipher(v)
-	if err != nil {
-		clear(v)
-		return nil, err
-	}
-	return &Key{Cipher: c, Slot: slot, volume: v}, nil
+	return newKey(e.Header, bytes.Clone(vk), slot)
 }
 
 const (
@@ -101,17 +98,39 @@ const (
 // file offset base+off and is sector off/512 for the IV.
 type rawView struct {
 	viewCore
-	f    *os.File
-	c    cipher.Sector
-	base int64
-	ss   int64 // the cipher's sector size: the unit of read-modify-write
+	store sectorStore
+	ss    int64 // the cipher's sector size: the unit of read-modify-write
+}
+
+// sectorStore is where a rawView's sectors live and how they are
+// transformed: plainly at an offset (plainStore), or with tags in a
+// dm-integrity layout (authStore).
+type sectorStore interface {
+	// readSectors reads and decrypts whole sectors starting at
+	// plaintext offset s into buf.
+	readSectors(buf []byte, s int64) error
+	// writeSectors encrypts the whole sectors src, at plaintext offset
+	// s, into buf (as long as src, or src itself) and writes them.
+	writeSectors(buf, src []byte, s int64) error
 }
 
 func newRawView(f *os.File, c cipher.Sector, base, size int64, readOnly bool) *rawView {
-	v := &rawView{f: f, c: c, base: base, ss: int64(c.Geometry().SectorSize)}
+	return newStoreView(f, plainStore{f: f, c: c, base: base}, c.Geometry().SectorSize, size, readOnly)
+}
+
+func newStoreView(f *os.File, st sectorStore, sectorSize int, size int64, readOnly bool) *rawView {
+	v := &rawView{store: st, ss: int64(sectorSize)}
 	v.viewCore = viewCore{size: size, readOnly: readOnly, flush: f.Sync}
 	v.bufs.size = viewChunk + 2*int(v.ss)
 	return v
+}
+
+// plainStore keeps plaintext offset off at file offset base+off, sector
+// off/512 for the IV.
+type plainStore struct {
+	f    *os.File
+	c    cipher.Sector
+	base int64
 }
 
 // viewCore is what both views share: the size, the mode, the stripe locks,
@@ -297,7 +316,7 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 		} else {
 			bb.plain = true
 		}
-		err := split(len(buf), func(lo, hi int) error { return v.readSectors(buf[lo:hi], s+int64(lo)) })
+		err := split(len(buf), func(lo, hi int) error { return v.store.readSectors(buf[lo:hi], s+int64(lo)) })
 		if err != nil {
 			return int(pos - off), err
 		}
@@ -312,9 +331,7 @@ func (v *rawView) ReadAt(p []byte, off int64) (int, error) {
 	return int(n), nil
 }
 
-// readSectors reads and decrypts whole sectors starting at plaintext
-// offset s into buf.
-func (v *rawView) readSectors(buf []byte, s int64) error {
+func (v plainStore) readSectors(buf []byte, s int64) error {
 	if _, err := v.f.ReadAt(buf, v.base+s); err != nil {
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("image: %w", ErrTruncated)
@@ -408,12 +425,12 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 		// locks cover every sector of the request, so no other write can
 		// slip in between the read and the write.
 		if pos > s {
-			if err := v.readSectors(buf[:v.ss], s); err != nil {
+			if err := v.store.readSectors(buf[:v.ss], s); err != nil {
 				return int(pos - off), err
 			}
 		}
 		if stepEnd < e && (e-v.ss > s || pos == s) {
-			if err := v.readSectors(buf[int64(len(buf))-v.ss:], e-v.ss); err != nil {
+			if err := v.store.readSectors(buf[int64(len(buf))-v.ss:], e-v.ss); err != nil {
 				return int(pos - off), err
 			}
 		}
@@ -423,17 +440,19 @@ func (v *rawView) WriteAt(p []byte, off int64) (_ int, err error) {
 		} else {
 			copy(buf[pos-s:], p[pos-off:stepEnd-off])
 		}
-		err := split(len(buf), func(lo, hi int) error {
-			if err := v.c.EncryptSectors(buf[lo:hi], src[lo:hi], rawIV(s+int64(lo))); err != nil {
-				return err
-			}
-			_, err := v.f.WriteAt(buf[lo:hi], v.base+s+int64(lo))
-			return err
-		})
+		err := split(len(buf), func(lo, hi int) error { return v.store.writeSectors(buf[lo:hi], src[lo:hi], s+int64(lo)) })
 		if err != nil {
 			return int(pos - off), err
 		}
 		pos = stepEnd
 	}
 	return int(n), nil
+}
+
+func (v plainStore) writeSectors(buf, src []byte, s int64) error {
+	if err := v.c.EncryptSectors(buf, src, rawIV(s)); err != nil {
+		return err
+	}
+	_, err := v.f.WriteAt(buf, v.base+s)
+	return err
 }

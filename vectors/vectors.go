@@ -4,6 +4,8 @@
 // Layout:
 //
 //	essiv/essiv-cbc-aes-sha256.json              Linux crypto/testmgr.h essiv_aes_cbc_tv_template
+//	essiv/essiv-authenc-hmac-sha256-cbc-aes-sha256.json
+//	                                             Linux crypto/testmgr.h essiv_hmac_sha256_aes_cbc_tv_temp
 //	essiv/cryptsetup-essiv-sha256-storage.json   cryptsetup tests/crypto-vectors.c essiv:sha256
 //	cipher/cryptsetup-plain-storage.json         cryptsetup tests/crypto-vectors.c plain and plain64 (CBC)
 //

@@ -20,6 +20,7 @@ type decryptOptions struct {
 	inPlace      bool
 	resume       bool
 	hotzone      int64
+	allowCorrupt bool
 }
 
 func newDecryptCommand(g *globalOptions) *cobra.Command {
@@ -62,6 +63,7 @@ clusters in qcow2 output).
 	f.BoolVar(&o.inPlace, "in-place", false, "decrypt the raw LUKS image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
 	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
 	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
+	f.BoolVar(&o.allowCorrupt, "allow-corrupt", false, "with integrity protection: write sectors that fail their check as zeros, list them, and keep the output")
 	return withPartitionDecrypt(cmd, g, &o)
 }
 
@@ -104,8 +106,12 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	start := time.Now()
 	err = e.DecryptTo(cmd.Context(), dst.File, k, image.DecryptOptions{
 		Format: format, ClusterSize: o.clusterSize,
-		Pipeline: g.pipeline(prog),
+		Pipeline: g.pipeline(prog), AllowCorrupt: o.allowCorrupt,
 	})
+	var bad *image.CorruptError
+	if o.allowCorrupt && errors.As(err, &bad) {
+		err = nil // written, with zeros for the bad sectors
+	}
 	prog.finish(err == nil)
 	if err != nil {
 		return err
@@ -113,11 +119,18 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	if err := dst.Commit(); err != nil {
 		return err
 	}
-	return g.report(o.json, summary{
+	s := summary{
 		Op: "decrypt", Input: in, Output: out, Format: string(formatOr(format, e.Format)),
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
 		volumeJSON: volumeOf(e.Header, k.Slot),
-	})
+	}
+	if bad != nil {
+		s.Corrupt = corruptOf(bad)
+		if !g.quiet {
+			fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in %s: %s\n", bad, out, s.Corrupt.list())
+		}
+	}
+	return g.report(o.json, s)
 }
 
 // openData opens the encrypted image src (named in), with its header in

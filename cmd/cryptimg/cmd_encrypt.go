@@ -44,6 +44,8 @@ type luks2Options struct {
 	label         string
 	subsystem     string
 	cipherSet     bool // --cipher given: LUKS2 otherwise defaults to aes-xts-plain64
+	integrity     string
+	noJournal     bool
 }
 
 func (l *luks2Options) addFlags(f *pflag.FlagSet) {
@@ -54,14 +56,16 @@ func (l *luks2Options) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&l.sectorSize, "sector-size", 0, "LUKS2 encryption sector size: 512, 1024, 2048 or 4096 (default 4096 when the image is whole 4096-byte sectors)")
 	f.StringVar(&l.label, "label", "", "LUKS2 label")
 	f.StringVar(&l.subsystem, "subsystem", "", "LUKS2 subsystem")
+	f.StringVar(&l.integrity, "integrity", "", "LUKS2 integrity protection: hmac-sha256 (with aes-cbc-essiv:sha256 or aes-xts-plain64) or aead (with aes-gcm-random); every sector gets a tag")
+	f.BoolVar(&l.noJournal, "integrity-no-journal", false, "with --integrity: store the persistent no-journal flag, so the kernel opens the image without the integrity journal")
 }
 
 // apply checks the flags against the version and sets them in p.
 func (l luks2Options) apply(p *header.Params) error {
 	switch l.luksType {
 	case "luks1":
-		if l.pbkdf != "" && l.pbkdf != "pbkdf2" || l.pbkdfMemory != 0 || l.pbkdfParallel != 0 || l.sectorSize != 0 && l.sectorSize != 512 || l.label != "" || l.subsystem != "" {
-			return usagef("--pbkdf argon2, --pbkdf-memory, --pbkdf-parallel, --sector-size, --label and --subsystem need --type luks2")
+		if l.pbkdf != "" && l.pbkdf != "pbkdf2" || l.pbkdfMemory != 0 || l.pbkdfParallel != 0 || l.sectorSize != 0 && l.sectorSize != 512 || l.label != "" || l.subsystem != "" || l.integrity != "" || l.noJournal {
+			return usagef("--pbkdf argon2, --pbkdf-memory, --pbkdf-parallel, --sector-size, --label, --subsystem and --integrity need --type luks2")
 		}
 		return nil
 	case "luks2":
@@ -80,6 +84,16 @@ func (l luks2Options) apply(p *header.Params) error {
 	}
 	if l.sectorSize != 0 && (l.sectorSize < 512 || l.sectorSize > 4096 || l.sectorSize&(l.sectorSize-1) != 0) {
 		return usagef("--sector-size must be 512, 1024, 2048 or 4096")
+	}
+	if l.noJournal && l.integrity == "" {
+		return usagef("--integrity-no-journal needs --integrity")
+	}
+	if l.integrity != "" {
+		t, err := cipher.IntegrityType(l.integrity)
+		if err != nil {
+			return usagef("unsupported --integrity %q: use %s", l.integrity, strings.Join(cipher.IntegrityOptions(), " or "))
+		}
+		p.Integrity, p.NoJournal = t, l.noJournal
 	}
 	return nil
 }
@@ -167,7 +181,10 @@ func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error
 
 // cipherChoice checks --cipher and --key-size (in bits; 0 = the cipher's
 // default) and returns the LUKS1 cipher fields and key length.
-func cipherChoice(spec string, bits int) (keyBytes int, err error) {
+func cipherChoice(spec string, bits int, integrity string) (keyBytes int, err error) {
+	if integrity != "" {
+		return authCipherChoice(spec, bits, integrity)
+	}
 	m, err := cipher.Parse(spec)
 	if err != nil {
 		return 0, &header.UnsupportedCipherError{Spec: spec}
@@ -187,7 +204,7 @@ func (o encryptOptions) params() (header.Params, error) {
 	if err := o.luks2Options.apply(&p); err != nil {
 		return p, err
 	}
-	keyBytes, err := cipherChoice(p.Cipher, o.keySize)
+	keyBytes, err := cipherChoice(p.Cipher, o.keySize, p.Integrity)
 	if err != nil {
 		return header.Params{}, err
 	}
@@ -311,6 +328,9 @@ type summary struct {
 	Bytes       int64   `json:"bytes"`
 	Seconds     float64 `json:"seconds"`
 	volumeJSON
+	// Corrupt lists the sectors that failed their integrity check
+	// (decrypt --allow-corrupt).
+	Corrupt *corruptJSON `json:"corrupt,omitempty"`
 }
 
 // volumeJSON is what a summary says of the header: cipher, key, UUID, the
@@ -322,12 +342,13 @@ type volumeJSON struct {
 	UUID          string `json:"uuid"`
 	KeySlot       int    `json:"key_slot"`
 	PayloadOffset int64  `json:"payload_offset"`
+	Integrity     string `json:"integrity,omitempty"`
 }
 
 func volumeOf(h header.Header, slot int) volumeJSON {
 	i := h.Info()
 	return volumeJSON{Cipher: i.Cipher, KeyBits: i.KeyBytes * 8, Hash: i.Hash, UUID: i.UUID,
-		KeySlot: slot, PayloadOffset: i.PayloadOffset / image.SectorSize}
+		KeySlot: slot, PayloadOffset: i.PayloadOffset / image.SectorSize, Integrity: i.Integrity}
 }
 
 // parseFormat checks an --output-format value; "" means the input's.
@@ -371,4 +392,20 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// authCipherChoice is cipherChoice with --integrity: --key-size is the
+// cipher key alone, as cryptsetup's, and the volume key adds the MAC key.
+func authCipherChoice(spec string, bits int, integrity string) (int, error) {
+	m, err := cipher.ParseAuth(spec, integrity)
+	if err != nil {
+		return 0, usagef("unsupported --cipher %s with integrity %s: use one of %s", spec, integrity, strings.Join(cipher.SupportedAuth(), "; "))
+	}
+	if bits == 0 {
+		return m.DefaultCipherKeyBytes + m.MACKeyBytes, nil
+	}
+	if bits%8 != 0 || !m.ValidKey(bits/8+m.MACKeyBytes) {
+		return 0, usagef("unsupported --key-size %d for %s: use %s (the MAC key is added)", bits, m.Name(), m.CipherKeyBits())
+	}
+	return bits/8 + m.MACKeyBytes, nil
 }

@@ -124,7 +124,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	// cipher its default one.
 	keyBytes := o.keySize / 8
 	if o.cipher != "" {
-		if _, err := cipherChoice(o.cipher, o.keySize); err != nil {
+		if _, err := cipherChoice(o.cipher, o.keySize, ""); err != nil {
 			return err
 		}
 	} else if o.keySize%8 != 0 {

@@ -146,6 +146,9 @@ func writeDumpLUKS2(w io.Writer, h *header.LUKS2) {
 		if s.Type == "crypt" {
 			fmt.Fprintf(w, "\tcipher: %s\n", s.Encryption)
 			fmt.Fprintf(w, "\tsector: %d [bytes]\n", s.SectorSize)
+			if si := s.IntegrityObject(); si != nil {
+				fmt.Fprintf(w, "\tintegrity: %s\n", si.Type)
+			}
 		}
 		if len(s.Flags) > 0 {
 			fmt.Fprintf(w, "\tflags : %s\n", list(s.Flags, "", ""))

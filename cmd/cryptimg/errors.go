@@ -6,6 +6,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
@@ -22,6 +23,10 @@ func hint(err error) string {
 		return "use cryptimg encrypt INPUT OUTPUT or decrypt INPUT OUTPUT for qcow2"
 	case errors.Is(err, image.ErrCostly):
 		return "pass --allow-slow-kdf to unlock anyway"
+	case errors.Is(err, image.ErrCorrupt):
+		return "cryptimg verify lists every failing sector; decrypt --allow-corrupt writes the others"
+	case errors.Is(err, header.ErrNotAuthenticated):
+		return "verify is for images made with --integrity"
 	}
 	return ""
 }
@@ -48,6 +53,12 @@ func exitCode(err error) int {
 		errors.Is(err, header.ErrCorrupt),
 		errors.Is(err, image.ErrTruncated),
 		errors.Is(err, image.ErrNotEncrypted),
+		errors.Is(err, image.ErrCorrupt),
+		errors.Is(err, integrity.ErrNoSuperblock),
+		errors.Is(err, integrity.ErrSuperblock),
+		errors.Is(err, integrity.ErrTooSmall),
+		errors.Is(err, integrity.ErrMismatch),
+		errors.Is(err, integrity.ErrJournal),
 		errors.Is(err, qcow2.ErrCorrupt):
 		return exitBadImage
 	case errors.As(err, &ue):

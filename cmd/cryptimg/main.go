@@ -132,6 +132,7 @@ type the passphrase at the terminal prompt.
 	root.AddCommand(
 		newEncryptCommand(g),
 		newDecryptCommand(g),
+		newVerifyCommand(g),
 		newReencryptCommand(g),
 		newDumpCommand(g),
 		newVersionCommand(g),

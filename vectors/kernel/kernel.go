@@ -49,6 +49,9 @@ var modules = []string{
 	"virtio_pci", "virtio_blk",
 	"dm_mod", "dm_crypt", "dm_integrity",
 	"essiv", "xts", "aesni_intel", "sha256_ssse3",
+	// The authenticated modes of LUKS2 --integrity: authenc (hmac with
+	// cbc or xts) and gcm; algif_aead lets cryptsetup format aes-gcm-random.
+	"authenc", "gcm", "ghash_generic", "algif_aead",
 	"af_alg", "algif_skcipher", "algif_hash",
 	"loop",
 }

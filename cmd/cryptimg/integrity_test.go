@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/integrity"
+)
+
+// integrityCase is one authenticated mode cryptimg writes.
+type integrityCase struct {
+	name string
+	args []string
+	tag  int // bytes per sector's tag
+	ss   int // sector size
+	key  int // volume key bits
+}
+
+var integrityCases = []integrityCase{
+	{"essiv-hmac-512", []string{"--cipher", "aes-cbc-essiv:sha256", "--integrity", "hmac-sha256", "--sector-size", "512"}, 32, 512, 512},
+	{"essiv-hmac-4096", []string{"--cipher", "aes-cbc-essiv:sha256", "--key-size", "128", "--integrity", "hmac-sha256"}, 32, 4096, 384},
+	{"xts-hmac-4096", []string{"--cipher", "aes-xts-plain64", "--integrity", "hmac-sha256"}, 32, 4096, 768},
+	{"xts-hmac-512-256", []string{"--cipher", "aes-xts-plain64", "--key-size", "256", "--integrity", "hmac-sha256", "--sector-size", "512"}, 32, 512, 512},
+	{"gcm-4096", []string{"--cipher", "aes-gcm-random", "--integrity", "aead"}, 28, 4096, 256},
+	{"gcm-512", []string{"--cipher", "aes-gcm-random", "--integrity", "aead", "--sector-size", "512"}, 28, 512, 256},
+}
+
+// integrityImage encrypts plain with an authenticated mode at the lowest
+// KDF cost.
+func integrityImage(t *testing.T, key, plain, out string, args ...string) {
+	t.Helper()
+	fastEncrypt(t, key, plain, out, append([]string{"--type", "luks2", "--pbkdf", "pbkdf2"}, args...)...)
+}
+
+// geometryOf reads the integrity layout of a cryptimg-made image (segment
+// at 16 MiB).
+func geometryOf(t *testing.T, img string) *integrity.Geometry {
+	t.Helper()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	g, _, err := integrity.Read(f, 32768, uint64(st.Size()/512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestIntegrityRoundTrip: every authenticated mode encrypts, verifies and
+// decrypts back to the input; cryptsetup reads the header as an integrity
+// header with the key sizes cryptsetup itself would choose, its keyslot
+// opens, and cryptimg's dump says what luksDump says of the segment.
+func TestIntegrityRoundTrip(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain := randomFile(t, dir, "plain.raw", 5<<20)
+	for _, c := range integrityCases {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(dir, c.name+".luks")
+			integrityImage(t, key, plain, img, c.args...)
+			g := geometryOf(t, img)
+			if g.TagSize() != c.tag || g.SectorSize() != c.ss || g.DataSectors() != 5<<20/512 {
+				t.Fatalf("geometry: tag %d, sector %d, %d data sectors", g.TagSize(), g.SectorSize(), g.DataSectors())
+			}
+			r := mustRun(t, "verify", "--json", "-d", key, img)
+			var rep verifyReport
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+				t.Fatalf("verify --json: %v\n%s", err, r.stdout)
+			}
+			if !rep.OK || rep.Sectors != 5<<20/512 || rep.Corrupt != nil || rep.KeyBits != c.key {
+				t.Fatalf("verify report %+v", rep)
+			}
+			out := filepath.Join(dir, c.name+".out")
+			mustRun(t, "decrypt", "-d", key, img, out)
+			sameContent(t, plain, out)
+
+			dump := sh(t, cs, "luksDump", img)
+			mode := strings.Fields(strings.Join(c.args, " "))
+			want := map[bool]string{true: "integrity: aead", false: "integrity: hmac(sha256)"}[mode[3] == "aead"]
+			if !strings.Contains(dump, want) || !strings.Contains(dump, fmt.Sprintf("Key:        %d bits", c.key)) {
+				t.Fatalf("luksDump lacks %q or the %d-bit key:\n%s", want, c.key, dump)
+			}
+			ours := mustRun(t, "dump", img).stdout
+			seg := func(s string) string {
+				i := strings.Index(s, "Data segments:")
+				j := strings.Index(s, "Keyslots:")
+				if i < 0 || j < i {
+					t.Fatalf("no segment section in:\n%s", s)
+				}
+				return s[i:j]
+			}
+			if seg(ours) != seg(dump) {
+				t.Fatalf("dump segments:\n%s\nluksDump:\n%s", seg(ours), seg(dump))
+			}
+			// The keyslot area uses cryptsetup's keyslot cipher for an
+			// authenticated segment, aes-xts-plain64 with 512 bits.
+			if !strings.Contains(dump, "Cipher:     aes-xts-plain64") || !strings.Contains(dump, "Cipher key: 512 bits") {
+				t.Fatalf("keyslot cipher:\n%s", dump)
+			}
+			sh(t, cs, "open", "--test-passphrase", "--key-file", key, img)
+		})
+	}
+}
+
+// TestIntegrityTamper: one flipped byte in a sector's data and one in
+// another's tag; verify names exactly those sectors, decrypt refuses with
+// the first and leaves no output, and --allow-corrupt writes the rest.
+func TestIntegrityTamper(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain := randomFile(t, dir, "plain.raw", 40<<20) // three areas at 512-byte sectors
+	pb, _ := os.ReadFile(plain)
+	for _, c := range []integrityCase{integrityCases[0], integrityCases[2], integrityCases[4]} {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(dir, c.name+".luks")
+			integrityImage(t, key, plain, img, c.args...)
+			g := geometryOf(t, img)
+			spb := uint64(c.ss / 512)
+			dataSector := uint64(70000) / spb * spb // in the third area at 512 bytes
+			tagSector := uint64(24) / spb * spb
+			flipByte(t, img, g.DataOffset(dataSector)+100)
+			flipByte(t, img, g.TagOffset(tagSector)+int64(c.tag)-1) // the last byte: for gcm, the IV
+			want := []uint64{tagSector, dataSector}
+
+			r := cryptimg(t, "", "verify", "--json", "-d", key, img)
+			if r.code != 4 {
+				t.Fatalf("verify of a tampered image: exit %d, want 4\n%s", r.code, r.stderr)
+			}
+			var rep verifyReport
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK || rep.Corrupt == nil || rep.Corrupt.Count != 2 || fmt.Sprint(rep.Corrupt.Sectors) != fmt.Sprint(want) {
+				t.Fatalf("verify report %+v, want sectors %v", rep.Corrupt, want)
+			}
+
+			out := filepath.Join(dir, c.name+".out")
+			r = cryptimg(t, "", "decrypt", "-d", key, img, out)
+			if r.code != 4 || !strings.Contains(r.stderr, fmt.Sprintf("sector %d ", tagSector)) || strings.Count(r.stderr, "\n") > 2 {
+				t.Fatalf("decrypt of a tampered image: exit %d\n%s", r.code, r.stderr)
+			}
+			noFile(t, out)
+
+			r = cryptimg(t, "", "decrypt", "--allow-corrupt", "--json", "-d", key, img, out)
+			if r.code != 0 || !strings.Contains(r.stderr, "warning") {
+				t.Fatalf("decrypt --allow-corrupt: exit %d\n%s", r.code, r.stderr)
+			}
+			got, _ := os.ReadFile(out)
+			exp := bytes.Clone(pb)
+			for _, s := range want {
+				clear(exp[s*512 : (s+spb)*512])
+			}
+			if !bytes.Equal(got, exp) {
+				t.Fatalf("decrypt --allow-corrupt: the output is not the plaintext with the bad sectors zeroed (first difference at %d)", firstDiff(got, exp))
+			}
+			var s summary
+			json.Unmarshal([]byte(r.stdout), &s)
+			if s.Corrupt == nil || fmt.Sprint(s.Corrupt.Sectors) != fmt.Sprint(want) {
+				t.Fatalf("decrypt --allow-corrupt summary: %+v", s.Corrupt)
+			}
+		})
+	}
+}
+
+// TestIntegrityRefusals: what does not fit an authenticated image is
+// refused with one line and nothing written.
+func TestIntegrityRefusals(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	odd := randomFile(t, dir, "odd.raw", 1<<20+512)
+	img := filepath.Join(dir, "ok.luks")
+	integrityImage(t, key, plain, img, integrityCases[2].args...)
+	luks1 := filepath.Join(dir, "luks1.luks")
+	fastEncrypt(t, key, plain, luks1)
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"luks1", []string{"encrypt", "-d", key, "--integrity", "hmac-sha256", plain, filepath.Join(dir, "x")}, 1, "need --type luks2"},
+		{"unknown", []string{"encrypt", "-d", key, "--type", "luks2", "--integrity", "poly1305", plain, filepath.Join(dir, "x")}, 1, "unsupported --integrity"},
+		{"gcm-hmac", []string{"encrypt", "-d", key, "--type", "luks2", "--cipher", "aes-gcm-random", "--integrity", "hmac-sha256", plain, filepath.Join(dir, "x")}, 1, "unsupported --cipher"},
+		{"keysize", []string{"encrypt", "-d", key, "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "384", "--integrity", "hmac-sha256", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", plain, filepath.Join(dir, "x")}, 0, ""},
+		{"keysize-bad", []string{"encrypt", "-d", key, "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "128", "--integrity", "hmac-sha256", plain, filepath.Join(dir, "y")}, 1, "unsupported --key-size"},
+		{"unaligned", []string{"encrypt", "-d", key, "--type", "luks2", "--integrity", "hmac-sha256", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", odd, filepath.Join(dir, "z")}, 1, "4096-byte blocks"},
+		{"qcow2", []string{"encrypt", "-d", key, "--type", "luks2", "--integrity", "hmac-sha256", "-O", "qcow2", plain, filepath.Join(dir, "q")}, 1, "qcow2"},
+		{"no-journal-alone", []string{"encrypt", "-d", key, "--type", "luks2", "--integrity-no-journal", plain, filepath.Join(dir, "n")}, 1, "needs --integrity"},
+		{"verify-plain-luks", []string{"verify", "-d", key, luks1}, 1, "no integrity protection"},
+		{"reencrypt", []string{"reencrypt", "-d", key, img}, 1, "integrity"},
+		{"decrypt-in-place", []string{"decrypt", "--in-place", "-d", key, img}, 1, "integrity"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := fileSHA(t, img)
+			r := cryptimg(t, "", c.args...)
+			if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+				t.Fatalf("exit %d, want %d with %q:\n%s", r.code, c.code, c.msg, r.stderr)
+			}
+			if fileSHA(t, img) != before {
+				t.Fatal("the image changed")
+			}
+		})
+	}
+	noFile(t, filepath.Join(dir, "z"))
+	noFile(t, filepath.Join(dir, "q"))
+}
+
+// TestIntegrityKeyCommands: key slots come and go on an authenticated
+// image as on any LUKS2 one; cryptsetup opens the new key, the data and
+// tags stay as they were.
+func TestIntegrityKeyCommands(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	key2 := writeFile(t, filepath.Join(dir, "key2"), "second passphrase")
+	plain := randomFile(t, dir, "plain.raw", 2<<20)
+	img := filepath.Join(dir, "img.luks")
+	integrityImage(t, key, plain, img, integrityCases[0].args...)
+	g := geometryOf(t, img)
+	payload := func() [32]byte {
+		b, _ := os.ReadFile(img)
+		return shaOf(b[16<<20 : g.End()])
+	}
+	before := payload()
+	mustRun(t, "add-key", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "-d", key, "--new-key-file", key2, img)
+	sh(t, cs, "open", "--test-passphrase", "--key-file", key2, img)
+	mustRun(t, "remove-key", "--batch-mode", "-d", key, img)
+	if err := exec.Command(cs, "open", "--test-passphrase", "--key-file", key, img).Run(); err == nil {
+		t.Fatal("cryptsetup still opens the removed key")
+	}
+	if payload() != before {
+		t.Fatal("the key commands changed the integrity device")
+	}
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key2, img, out)
+	sameContent(t, plain, out)
+	backup := filepath.Join(dir, "hdr.bak")
+	mustRun(t, "header-backup", img, backup)
+	sh(t, cs, "open", "--test-passphrase", "--header", backup, "--key-file", key2, img)
+}
+
+// TestIntegrityView: the plaintext view of an authenticated image (what
+// open, ls and cat read) returns the plaintext, fails a tampered sector
+// with EIO and nothing else, and writes with tags that verify.
+func TestIntegrityView(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain := randomFile(t, dir, "plain.raw", 20<<20)
+	pb, _ := os.ReadFile(plain)
+	img := filepath.Join(dir, "img.luks")
+	integrityImage(t, key, plain, img, integrityCases[1].args...)
+
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := image.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte("integrity passphrase"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	v, err := e.View(f, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.Size() != int64(len(pb)) {
+		t.Fatalf("view size %d", v.Size())
+	}
+	// Reads across the area boundary at 16 MiB, unaligned.
+	buf := make([]byte, 3<<20+1234)
+	if _, err := v.ReadAt(buf, 15<<20+77); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, pb[15<<20+77:][:len(buf)]) {
+		t.Fatalf("view read differs from the plaintext at %d", firstDiff(buf, pb[15<<20+77:]))
+	}
+	// A write across the boundary, then the whole image verifies.
+	patch := bytes.Repeat([]byte("cryptimg"), 100000)
+	if _, err := v.WriteAt(patch, 16<<20-4000); err != nil {
+		t.Fatal(err)
+	}
+	copy(pb[16<<20-4000:], patch)
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "verify", "-d", key, img)
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key, img, out)
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, pb) {
+		t.Fatal("decrypt after the view's write differs")
+	}
+	// Tamper with the block at 8 MiB: only reads touching it fail.
+	g := geometryOf(t, img)
+	flipByte(t, img, g.DataOffset(8<<20/512)+5)
+	if _, err := v.ReadAt(buf[:4096], 8<<20); !isEIO(err) {
+		t.Fatalf("read of the tampered block: %v, want EIO", err)
+	}
+	if _, err := v.ReadAt(buf[:100], 8<<20+4000); !isEIO(err) {
+		t.Fatalf("read inside the tampered block: %v, want EIO", err)
+	}
+	if _, err := v.ReadAt(buf[:4096], 8<<20+4096); err != nil {
+		t.Fatalf("read of the next block: %v", err)
+	}
+	if _, err := v.ReadAt(buf[:4096], 8<<20-4096); err != nil {
+		t.Fatalf("read of the block before: %v", err)
+	}
+}
+
+func isEIO(err error) bool { return errors.Is(err, syscall.EIO) }
+
+// firstDiff is the first offset where a and b differ, or the shorter length.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

@@ -1,0 +1,163 @@
+package cipher
+
+import (
+	"crypto/sha256"
+	"encoding"
+	"encoding/binary"
+	"hash"
+	"sync"
+)
+
+// What the hmac(sha256) modes share: the MAC, the per-call scratch, and
+// the associated data records.
+
+// macSize is the HMAC-SHA256 tag, stored whole (dm-crypt's authsize 32).
+const macSize = sha256.Size
+
+// A call works in chunks: it encrypts up to authChunk bytes and then
+// hashes them, while they are still in the cache. 64 KiB gives package
+// asm's CBC encryption 16 sectors of 4096 bytes for its widest kernel. A
+// chunk has at most 64 sectors, so its bad sectors fit in a uint64.
+const (
+	authChunk        = 64 << 10
+	authChunkSectors = 64
+)
+
+func chunkSectors(sectorSize int) int { return min(authChunkSectors, max(1, authChunk/sectorSize)) }
+
+// hmacSHA256 is HMAC-SHA256 (FIPS 198-1, RFC 2104) under one key. The
+// SHA-256 states after the blocks K0^ipad and K0^opad are computed once
+// (FIPS 198-1 section 6 allows this) and kept marshaled, so a tag costs no
+// key block and clear can overwrite them. crypto/hmac precomputes the same
+// two states but keeps them where nothing can wipe them.
+type hmacSHA256 struct {
+	inner, outer []byte // marshaled SHA-256 states
+}
+
+// newHMACSHA256 takes a key of at most one SHA-256 block: the modes here
+// use 32 bytes, so the key is never hashed first (FIPS 198-1 step 2).
+func newHMACSHA256(key []byte) *hmacSHA256 {
+	if len(key) > sha256.BlockSize {
+		panic("cipher: internal error: HMAC key longer than a block")
+	}
+	m := &hmacSHA256{}
+	h := sha256.New()
+	var pad [sha256.BlockSize]byte
+	for _, p := range []struct {
+		b   byte
+		dst *[]byte
+	}{{0x36, &m.inner}, {0x5c, &m.outer}} {
+		for i := range pad {
+			pad[i] = p.b
+		}
+		for i, k := range key {
+			pad[i] ^= k
+		}
+		h.Reset()
+		h.Write(pad[:])
+		// A whole block is compressed straight from pad, so the state
+		// holds the chaining value only, no copy of the key.
+		*p.dst, _ = h.(encoding.BinaryMarshaler).MarshalBinary()
+	}
+	clear(pad[:])
+	h.Reset()
+	return m
+}
+
+// tag writes HMAC(aad || data) to out[:32].
+func (m *hmacSHA256) tag(st *macState, out, aad, data []byte) {
+	if st.innerU.UnmarshalBinary(m.inner) != nil {
+		panic("cipher: authenticated sector cipher used after Clear")
+	}
+	st.inner.Write(aad)
+	st.inner.Write(data)
+	st.inner.Sum(st.sum[:0])
+	st.outerU.UnmarshalBinary(m.outer)
+	st.outer.Write(st.sum[:])
+	st.outer.Sum(out[:0])
+}
+
+// clear overwrites the two states; tag panics afterwards.
+func (m *hmacSHA256) clear() {
+	clear(m.inner)
+	clear(m.outer)
+}
+
+// macState is the scratch of one Seal or Open: two SHA-256 states and the
+// buffers handed to them, to crypto/aes and to crypto/cipher, which would
+// move from the stack to the heap through those interface calls. It holds
+// no key material between calls (put resets the states).
+type macState struct {
+	inner, outer   hash.Hash
+	innerU, outerU encoding.BinaryUnmarshaler
+	sum            [macSize]byte // inner digest
+	tag            [macSize]byte // a computed tag, to compare
+	aad            [24]byte      // gcm's associated data
+	save           [16]byte      // gcm: bytes a Seal's tag lands on
+	recs           []byte        // associated data records, or gcm IVs
+	buf            []byte        // gcm: one sector and its tag
+}
+
+var macPool = sync.Pool{New: func() any {
+	st := &macState{inner: sha256.New(), outer: sha256.New()}
+	st.innerU = st.inner.(encoding.BinaryUnmarshaler)
+	st.outerU = st.outer.(encoding.BinaryUnmarshaler)
+	return st
+}}
+
+func getMAC() *macState { return macPool.Get().(*macState) }
+
+// put resets the states (the outer one still holds the K0^opad state
+// after a tag) and wipes the buffers, which hold IVs and plaintext.
+func (st *macState) put() {
+	st.inner.Reset()
+	st.outer.Reset()
+	clear(st.sum[:])
+	clear(st.tag[:])
+	clear(st.recs)
+	clear(st.buf)
+	macPool.Put(st)
+}
+
+func grow(b *[]byte, n int) []byte {
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	return (*b)[:n]
+}
+
+// aadRecords fills n 24-byte records, one per sector: dm-crypt's
+// associated data le64(aadUnit) || IV with the plain64 IV
+// le64(iv) || 0^8 (crypt_convert_block_aead), units stepping by step. The
+// essiv mode encrypts the IV half in place.
+func aadRecords(recs []byte, n int, aadUnit, iv, step uint64) {
+	for j := range n {
+		r := recs[24*j : 24*j+24]
+		binary.LittleEndian.PutUint64(r[:8], aadUnit)
+		binary.LittleEndian.PutUint64(r[8:16], iv)
+		clear(r[16:])
+		aadUnit += step
+		iv += step
+	}
+}
+
+// openRuns finishes a chunk of n sectors whose tags have been checked:
+// bit j of badMask is set for each sector that failed. It calls dec once
+// per run of good sectors (sector indexes j to k-1) and zeroes and reports
+// the bad ones, in order; first is the chunk's first sector in the call.
+func openRuns(dst []byte, n, sectorSize int, badMask uint64, first int, bad func(int), dec func(j, k int)) {
+	for j := 0; j < n; {
+		if badMask>>j&1 != 0 {
+			clear(dst[j*sectorSize : (j+1)*sectorSize])
+			bad(first + j)
+			j++
+			continue
+		}
+		k := j + 1
+		for k < n && badMask>>k&1 == 0 {
+			k++
+		}
+		dec(j, k)
+		j = k
+	}
+}

@@ -1,0 +1,85 @@
+package cipher
+
+import (
+	"crypto/hmac"
+
+	"github.com/cryptimg/cryptimg/asm"
+)
+
+// aes-xts-plain64 with integrity hmac(sha256): dm-crypt's
+// capi:authenc(hmac(sha256),xts(aes))-plain64 (shared/reference/
+// integrity.md section 7.3, verified against images). For sector N (before
+// the IV offset), with vk = xts_key || mac_key:
+//
+//	IV  = le64(N+IVOffset) || 0^8        (plain64, the XTS tweak)
+//	C   = AES-XTS(xts_key, IV, sector)   (a 4096-byte sector is one unit)
+//	tag = HMAC-SHA256(mac_key, le64(N) || IV || C)
+//
+// The cipher key sizes are XTS's (two AES keys): 32, 48 or 64 bytes, 64 by
+// default as cryptsetup's. The sector kernels are package asm's, as for the
+// plain mode.
+func init() {
+	registerAuth(&AuthMode{Spec: "aes-xts-plain64", Integrity: "hmac(sha256)", Option: "hmac-sha256",
+		CipherKeyBytes: []int{32, 48, 64}, DefaultCipherKeyBytes: 64, MACKeyBytes: macSize, TagSize: macSize,
+		new: func(key []byte) (authKernel, error) { return newAuthXTS(key, asm.BestXTS()) }})
+}
+
+type authXTS struct {
+	x   *xtsCipher
+	mac *hmacSHA256
+}
+
+func newAuthXTS(vk []byte, impl asm.XTSImpl) (*authXTS, error) {
+	x, err := newXTS(vk[:len(vk)-macSize], ^uint64(0), impl)
+	if err != nil {
+		return nil, err
+	}
+	return &authXTS{x: x, mac: newHMACSHA256(vk[len(vk)-macSize:])}, nil
+}
+
+func (a *authXTS) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error {
+	st := getMAC()
+	defer st.put()
+	step := uint64(ss / 512)
+	n, per := len(src)/ss, chunkSectors(ss)
+	recs := grow(&st.recs, 24*per)
+	for i := 0; i < n; i += per {
+		m := min(per, n-i)
+		d := dst[i*ss : (i+m)*ss]
+		a.x.EncryptSectors(d, src[i*ss:(i+m)*ss], iv+uint64(i)*step, ss)
+		aadRecords(recs, m, aadUnit+uint64(i)*step, iv+uint64(i)*step, step)
+		for j := range m {
+			a.mac.tag(st, tags[(i+j)*macSize:], recs[24*j:24*j+24], d[j*ss:(j+1)*ss])
+		}
+	}
+	return nil
+}
+
+func (a *authXTS) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad func(int)) {
+	st := getMAC()
+	defer st.put()
+	step := uint64(ss / 512)
+	n, per := len(src)/ss, chunkSectors(ss)
+	recs := grow(&st.recs, 24*per)
+	for i := 0; i < n; i += per {
+		m := min(per, n-i)
+		d, s := dst[i*ss:(i+m)*ss], src[i*ss:(i+m)*ss]
+		first := iv + uint64(i)*step
+		aadRecords(recs, m, aadUnit+uint64(i)*step, first, step)
+		var badMask uint64
+		for j := range m {
+			a.mac.tag(st, st.tag[:], recs[24*j:24*j+24], s[j*ss:(j+1)*ss])
+			if !hmac.Equal(st.tag[:], tags[(i+j)*macSize:(i+j+1)*macSize]) {
+				badMask |= 1 << j
+			}
+		}
+		openRuns(d, m, ss, badMask, i, bad, func(j, k int) {
+			a.x.DecryptSectors(d[j*ss:k*ss], s[j*ss:k*ss], first+uint64(j)*step, ss)
+		})
+	}
+}
+
+func (a *authXTS) clear() {
+	a.x.Clear()
+	a.mac.clear()
+}

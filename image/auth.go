@@ -1,0 +1,559 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
+	"github.com/cryptimg/cryptimg/image/integrity"
+	"github.com/cryptimg/cryptimg/sectors"
+)
+
+// Authenticated images (LUKS2 with integrity): the payload is a
+// dm-integrity device (package integrity) at the segment offset, and each
+// of its sectors is encrypted and tagged by the segment's cipher.AuthMode.
+// Logical sector N of the device (512-byte units, from 0) is both the
+// sector's place in the plaintext and the N of its tag (dm-crypt maps the
+// integrity device with offset 0 and iv_offset 0); its ciphertext and its
+// tag live where the integrity geometry says, not at PayloadOffset+N*512.
+
+var (
+	// ErrCorrupt is matched by every *CorruptError.
+	ErrCorrupt = errors.New("integrity check failed")
+	// ErrAuthenticatedUnsupported refuses an operation that does not handle
+	// authenticated images yet.
+	ErrAuthenticatedUnsupported = errors.New("not supported on images with integrity protection")
+)
+
+// CorruptError lists sectors whose integrity tags did not match: data or
+// tags were changed, or never written. Sectors are 512-byte units of the
+// plaintext, the numbers the kernel logs as "INTEGRITY AEAD ERROR, sector
+// N". It wraps syscall.EIO too, the error the kernel's reads of such a
+// sector return.
+type CorruptError struct {
+	Sectors []uint64 // sorted; at most MaxReported
+	Count   uint64   // how many sectors failed in all
+}
+
+// MaxReported bounds CorruptError.Sectors.
+const MaxReported = 1000
+
+func (e *CorruptError) Error() string {
+	if e.Count == 1 {
+		return fmt.Sprintf("integrity check failed at sector %d (byte offset %d)", e.Sectors[0], e.Sectors[0]*512)
+	}
+	return fmt.Sprintf("integrity check failed in %d sectors, the first at sector %d (byte offset %d)",
+		e.Count, e.Sectors[0], e.Sectors[0]*512)
+}
+
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt || target == syscall.EIO }
+
+// badList collects failed sectors from concurrent transforms.
+type badList struct {
+	mu    sync.Mutex
+	units []uint64
+	count uint64
+}
+
+func (b *badList) add(units []uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.count += uint64(len(units))
+	b.units = append(b.units, units...)
+	if len(b.units) > 4*MaxReported {
+		b.trim()
+	}
+}
+
+// trim keeps the lowest MaxReported units.
+func (b *badList) trim() {
+	slices.Sort(b.units)
+	b.units = slices.Compact(b.units)
+	if len(b.units) > MaxReported {
+		b.units = b.units[:MaxReported]
+	}
+}
+
+// err is the CorruptError of what was collected, or nil.
+func (b *badList) err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count == 0 {
+		return nil
+	}
+	b.trim()
+	return &CorruptError{Sectors: slices.Clone(b.units), Count: b.count}
+}
+
+// authTagMode is the authenticated mode of h's data segment.
+func authTagMode(h header.Header) (*cipher.AuthMode, error) {
+	i := h.Info()
+	m, err := cipher.ParseAuth(i.Cipher, i.Integrity)
+	if err != nil {
+		return nil, &header.UnsupportedCipherError{Spec: i.Cipher + " with integrity " + i.Integrity}
+	}
+	return m, nil
+}
+
+// openAuth reads the integrity superblock of an authenticated image and
+// sets the payload size to the integrity device's: deviceSize is the size
+// of the file the segment is in.
+func (e *Encrypted) openAuth(deviceSize int64) error {
+	i := e.Header.Info()
+	if i.Integrity == "" {
+		return nil
+	}
+	m, err := authTagMode(e.Header)
+	if err != nil {
+		return err
+	}
+	if i.PayloadSize != 0 {
+		return fmt.Errorf("%w: an integrity segment of fixed size (cryptsetup makes them dynamic)", ErrAuthenticatedUnsupported)
+	}
+	g, _, err := integrity.Read(e.f, uint64(e.PayloadOffset/512), uint64(deviceSize/512))
+	if err != nil {
+		return err
+	}
+	if err := g.Check(m.TagSize, i.SectorSize); err != nil {
+		return fmt.Errorf("%s with %d-byte sectors: %w", m.Name(), i.SectorSize, err)
+	}
+	if err := checkJournal(e.f, g); err != nil {
+		return err
+	}
+	e.auth = g
+	e.PayloadSize = int64(g.DataSectors()) * 512
+	return nil
+}
+
+// refuseAuth refuses an operation that cannot handle authenticated images
+// yet, before it changes anything: what names the operation.
+func refuseAuth(h header.Header, what string) error {
+	if h.Info().Integrity != "" {
+		return fmt.Errorf("%s: %w", what, ErrAuthenticatedUnsupported)
+	}
+	return nil
+}
+
+// refuseAuthParams is refuseAuth for a header still to be made.
+func refuseAuthParams(p header.Params, what string) error {
+	if p.Integrity != "" {
+		return fmt.Errorf("%s: %w", what, ErrAuthenticatedUnsupported)
+	}
+	return nil
+}
+
+// Authenticated reports whether the image has integrity protection.
+func (e *Encrypted) Authenticated() bool { return e.auth != nil }
+
+// authExtents are the data extents of the integrity device, one per area:
+// from the file, to plaintext offset N*512, numbered N.
+func authExtents(g *integrity.Geometry) []sectors.Extent {
+	var ext []sectors.Extent
+	for a := range g.Areas() {
+		ext = append(ext, sectors.Extent{SrcOffset: a.DataOffset, DstOffset: int64(a.FirstSector) * 512,
+			Length: a.DataLen, Sector: a.FirstSector})
+	}
+	return ext
+}
+
+// tagBufs pools the tag buffers of one chunk.
+type tagBufs struct{ p sync.Pool }
+
+func (t *tagBufs) get(n int) *[]byte {
+	if b, ok := t.p.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func (t *tagBufs) put(b *[]byte) { t.p.Put(b) }
+
+// openTransform verifies and decrypts a chunk with its tags, read from r
+// at g's tag offsets. Bad sectors go to bad and come out as zeros; the
+// transform fails only on I/O errors.
+func openTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, bad *badList) sectors.Transform {
+	ss, ts := a.Geometry().SectorSize, a.TagSize()
+	var pool tagBufs
+	return func(dst, src []byte, n uint64) error {
+		tb := pool.get(len(src) / ss * ts)
+		defer pool.put(tb)
+		off := g.TagOffset(n)
+		if _, err := r.ReadAt(*tb, off); err != nil {
+			return &sectors.IOError{Op: "read tags", Offset: off, Err: err}
+		}
+		err := a.Open(dst, src, *tb, n)
+		var te *cipher.TagError
+		if errors.As(err, &te) {
+			bad.add(te.Units)
+			return nil
+		}
+		return err
+	}
+}
+
+// sealTransform encrypts a chunk and writes its tags to w at g's tag
+// offsets (the data itself goes where the pipeline writes it).
+func sealTransform(w io.WriterAt, g *integrity.Geometry, a cipher.AuthSector) sectors.Transform {
+	ss, ts := a.Geometry().SectorSize, a.TagSize()
+	var pool tagBufs
+	return func(dst, src []byte, n uint64) error {
+		tb := pool.get(len(src) / ss * ts)
+		defer pool.put(tb)
+		if err := a.Seal(dst, *tb, src, n); err != nil {
+			return err
+		}
+		off := g.TagOffset(n)
+		if _, err := w.WriteAt(*tb, off); err != nil {
+			return &sectors.IOError{Op: "write tags", Offset: off, Err: err}
+		}
+		return nil
+	}
+}
+
+// checkAuthKey is the authenticated cipher of k, for e.
+func (e *Encrypted) authCipher(k *Key) (cipher.AuthSector, error) {
+	if k.Auth == nil {
+		return nil, errors.New("image: the key has no authenticated cipher")
+	}
+	return k.Auth, nil
+}
+
+// decryptAuth writes the verified plaintext to w. Without allowCorrupt the
+// first bad sector fails the run with a *CorruptError naming it; with it,
+// bad sectors are written as zeros and listed in the returned
+// *CorruptError after the whole output is written.
+func (e *Encrypted) decryptAuth(ctx context.Context, w io.WriterAt, k *Key, p Pipeline, allowCorrupt bool) error {
+	a, err := e.authCipher(k)
+	if err != nil {
+		return err
+	}
+	var bad badList
+	so := p.options(e.PayloadSize, true)
+	so.SectorSize = a.Geometry().SectorSize
+	t := openTransform(e.f, e.auth, a, &bad)
+	if !allowCorrupt {
+		t = stopOnBad(t, &bad)
+	}
+	err = sectors.Run(ctx, w, e.f, authExtents(e.auth), t, so)
+	if errors.Is(err, errBadSector) {
+		// Stopped at a bad sector: chunks before it that were cancelled
+		// unchecked may hold an earlier one, so the report comes from a
+		// verification up to there.
+		return e.firstBad(ctx, a, &bad, p)
+	}
+	if err != nil {
+		return err
+	}
+	return bad.err()
+}
+
+// errBadSector stops a run at a bad sector.
+var errBadSector = errors.New("bad sector")
+
+// stopOnBad fails the run after a chunk with a bad sector.
+func stopOnBad(t sectors.Transform, bad *badList) sectors.Transform {
+	return func(dst, src []byte, n uint64) error {
+		if err := t(dst, src, n); err != nil {
+			return err
+		}
+		bad.mu.Lock()
+		failed := bad.count > 0
+		bad.mu.Unlock()
+		if failed {
+			return errBadSector
+		}
+		return nil
+	}
+}
+
+// firstBad verifies the image up to the lowest bad sector seen and
+// returns the *CorruptError of everything found below and at it.
+func (e *Encrypted) firstBad(ctx context.Context, a cipher.AuthSector, bad *badList, p Pipeline) error {
+	err := bad.err().(*CorruptError)
+	first := err.Sectors[0]
+	var before badList
+	var ext []sectors.Extent
+	for _, x := range authExtents(e.auth) {
+		if x.Sector >= first {
+			break
+		}
+		x.Length = min(x.Length, int64(first-x.Sector)*512)
+		ext = append(ext, x)
+	}
+	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: a.Geometry().SectorSize}
+	if err := sectors.Run(ctx, discard{}, e.f, ext, openTransform(e.f, e.auth, a, &before), so); err != nil {
+		return err
+	}
+	if found := before.err(); found != nil {
+		return found
+	}
+	return &CorruptError{Sectors: []uint64{first}, Count: 1}
+}
+
+// discard is a WriterAt that drops everything.
+type discard struct{}
+
+func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+
+// VerifyReport is what Verify found.
+type VerifyReport struct {
+	Sectors uint64 // 512-byte sectors checked
+	Bytes   int64
+	// Corrupt lists the sectors that failed, nil when all passed.
+	Corrupt *CorruptError
+}
+
+// Verify checks every sector of an authenticated image against its tag,
+// writing no plaintext anywhere.
+func (e *Encrypted) Verify(ctx context.Context, k *Key, p Pipeline) (*VerifyReport, error) {
+	if e.auth == nil {
+		return nil, header.ErrNotAuthenticated
+	}
+	a, err := e.authCipher(k)
+	if err != nil {
+		return nil, err
+	}
+	var bad badList
+	so := p.options(e.PayloadSize, false)
+	so.SectorSize = a.Geometry().SectorSize
+	if err := sectors.Run(ctx, discard{}, e.f, authExtents(e.auth), openTransform(e.f, e.auth, a, &bad), so); err != nil {
+		return nil, err
+	}
+	r := &VerifyReport{Sectors: uint64(e.PayloadSize / 512), Bytes: e.PayloadSize}
+	if err := bad.err(); err != nil {
+		r.Corrupt = err.(*CorruptError)
+	}
+	return r, nil
+}
+
+// authDeviceSectors is the smallest device, in 512-byte sectors from the
+// start of the file, whose integrity device at segment offset start holds
+// exactly data sectors (a multiple of 8), and its geometry. The journal
+// grows with the device, so the size is found from below: each step adds
+// the missing data sectors, and since a larger device never gets a smaller
+// journal, no step overshoots.
+func authDeviceSectors(start, data uint64, tagSize, sectorSize int) (uint64, *integrity.Geometry, error) {
+	d := start + data + 8
+	var lastErr error
+	for range 1 << 20 {
+		g, err := integrity.New(d, start, tagSize, sectorSize)
+		if err != nil {
+			lastErr = err // too small for the metadata: grow
+			d += 8
+			continue
+		}
+		p := g.DataSectors()
+		switch {
+		case p == data:
+			return d, g, nil
+		case p > data:
+			return 0, nil, fmt.Errorf("image: internal error: a %d-sector device holds %d data sectors, more than %d", d, p, data)
+		}
+		d += data - p
+	}
+	return 0, nil, fmt.Errorf("image: internal error: no integrity geometry for %d data sectors: %v", data, lastErr)
+}
+
+// encryptAuth writes an authenticated raw image: the header area (unless
+// detached), the integrity superblock and a fresh journal, and every
+// sector of the plaintext sealed with its tag. dst is empty.
+func encryptAuth(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error {
+	a := f.Key.Auth
+	if a == nil {
+		return errors.New("image: internal error: an authenticated header without its cipher")
+	}
+	ss := a.Geometry().SectorSize
+	// dm-integrity's data sectors come in 4096-byte multiples.
+	if src.Size%4096 != 0 || src.Size == 0 {
+		return fmt.Errorf("%w: an image with integrity holds whole 4096-byte blocks, the input is %d bytes", ErrUnaligned, src.Size)
+	}
+	payload := f.Header.Info().PayloadOffset
+	d, g, err := authDeviceSectors(uint64(payload/512), uint64(src.Size/512), a.TagSize(), ss)
+	if err != nil {
+		return err
+	}
+	if payload > 0 {
+		if _, err := dst.WriteAt(f.Area, 0); err != nil {
+			return fmt.Errorf("failed to write header: %w", err)
+		}
+	}
+	if err := dst.Truncate(int64(d) * 512); err != nil {
+		return fmt.Errorf("failed to size output: %w", err)
+	}
+	if err := g.WriteMetadata(dst); err != nil {
+		return fmt.Errorf("failed to write the integrity metadata: %w", err)
+	}
+	var ext []sectors.Extent
+	for _, x := range authExtents(g) {
+		x.SrcOffset, x.DstOffset = x.DstOffset, x.SrcOffset
+		ext = append(ext, x)
+	}
+	so := o.Pipeline.options(src.Size, false)
+	so.SectorSize = ss
+	return sectors.Run(ctx, dst, src.guest, ext, sealTransform(dst, g, a), so)
+}
+
+// untagged is the Sector of an authenticated key: its sectors cannot be
+// transformed without their tags, so every call is refused.
+type untagged struct{ a cipher.AuthSector }
+
+func (u untagged) Geometry() cipher.Geometry { return u.a.Geometry() }
+func (u untagged) EncryptSectors(_, _ []byte, _ uint64) error {
+	return header.ErrAuthenticated
+}
+func (u untagged) DecryptSectors(_, _ []byte, _ uint64) error {
+	return header.ErrAuthenticated
+}
+func (u untagged) Clear() { u.a.Clear() }
+
+// authStore keeps an authenticated image's sectors where the integrity
+// geometry says, each with its tag. A sector whose tag fails reads as a
+// *CorruptError (syscall.EIO), as the kernel's read does; a write seals
+// the data and writes it, then its tags (there is no journal: a crash
+// between the two leaves the sectors written failing, as dm-integrity
+// without its journal would).
+type authStore struct {
+	f    *os.File
+	g    *integrity.Geometry
+	a    cipher.AuthSector
+	tags tagBufs
+}
+
+func newAuthView(f *os.File, a cipher.AuthSector, g *integrity.Geometry, readOnly bool) *rawView {
+	return newStoreView(f, &authStore{f: f, g: g, a: a}, a.Geometry().SectorSize, int64(g.DataSectors())*512, readOnly)
+}
+
+// pieces calls fn over [s, s+n) cut at the area boundaries, with the
+// logical sector of each piece.
+func (st *authStore) pieces(s int64, n int, fn func(lo, hi int, unit uint64) error) error {
+	for lo := 0; lo < n; {
+		unit := uint64(s+int64(lo)) / 512
+		a := st.g.Area(unit >> st.g.Log2Interleave())
+		hi := lo + int(min(uint64(n-lo), (a.FirstSector+a.Sectors-unit)*512))
+		if err := fn(lo, hi, unit); err != nil {
+			return err
+		}
+		lo = hi
+	}
+	return nil
+}
+
+func (st *authStore) readSectors(buf []byte, s int64) error {
+	ts, ss := st.a.TagSize(), st.a.Geometry().SectorSize
+	return st.pieces(s, len(buf), func(lo, hi int, unit uint64) error {
+		b := buf[lo:hi]
+		if _, err := st.f.ReadAt(b, st.g.DataOffset(unit)); err != nil {
+			return authReadErr(err)
+		}
+		tb := st.tags.get(len(b) / ss * ts)
+		defer st.tags.put(tb)
+		if _, err := st.f.ReadAt(*tb, st.g.TagOffset(unit)); err != nil {
+			return authReadErr(err)
+		}
+		err := st.a.Open(b, b, *tb, unit)
+		var te *cipher.TagError
+		if errors.As(err, &te) {
+			return &CorruptError{Sectors: te.Units, Count: uint64(len(te.Units))}
+		}
+		return err
+	})
+}
+
+func authReadErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("image: %w", ErrTruncated)
+	}
+	return err
+}
+
+func (st *authStore) writeSectors(buf, src []byte, s int64) error {
+	ts, ss := st.a.TagSize(), st.a.Geometry().SectorSize
+	return st.pieces(s, len(src), func(lo, hi int, unit uint64) error {
+		tb := st.tags.get((hi - lo) / ss * ts)
+		defer st.tags.put(tb)
+		if err := st.a.Seal(buf[lo:hi], *tb, src[lo:hi], unit); err != nil {
+			return err
+		}
+		if _, err := st.f.WriteAt(buf[lo:hi], st.g.DataOffset(unit)); err != nil {
+			return err
+		}
+		_, err := st.f.WriteAt(*tb, st.g.TagOffset(unit))
+		return err
+	})
+}
+
+// checkJournal refuses a journal the kernel would fail on
+// (integrity.ErrJournal), or one holding committed writes that are not in
+// place yet (ErrJournalPending): the kernel replays those at activation,
+// and reading around them would give old data.
+func checkJournal(r io.ReaderAt, g *integrity.Geometry) error {
+	st, err := g.CheckJournal(r)
+	if err != nil {
+		return err
+	}
+	if st.Pending > 0 {
+		return &JournalPendingError{Writes: st.Pending}
+	}
+	return nil
+}
+
+// ErrJournalPending is matched by every *JournalPendingError.
+var ErrJournalPending = errors.New("the integrity journal holds writes not yet in place")
+
+// JournalPendingError reports an authenticated image whose dm-integrity
+// journal holds committed writes: it was not closed cleanly.
+type JournalPendingError struct{ Writes int }
+
+func (e *JournalPendingError) Error() string {
+	return fmt.Sprintf("the integrity journal holds %d committed writes not yet in place (the image was not closed cleanly)", e.Writes)
+}
+
+func (e *JournalPendingError) Unwrap() error { return ErrJournalPending }
+
+// ReplayJournal puts the committed writes of an authenticated image's
+// journal in place, as the kernel does when it activates the image, and
+// leaves an empty journal. It returns how many blocks it copied.
+func ReplayJournal(f *os.File, hdr io.ReaderAt) (int, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	h, err := header.Read(hdr, 0, fileSize(hdr, st.Size()))
+	if err != nil {
+		return 0, err
+	}
+	if h.Info().Integrity == "" {
+		return 0, header.ErrNotAuthenticated
+	}
+	g, _, err := integrity.Read(f, uint64(h.Info().PayloadOffset/512), uint64(st.Size()/512))
+	if err != nil {
+		return 0, err
+	}
+	js, err := g.ApplyJournal(f)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	return js.Pending, nil
+}
+
+// fileSize is the size of hdr when it is a file of its own, else size.
+func fileSize(hdr io.ReaderAt, size int64) int64 {
+	if f, ok := hdr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			return st.Size()
+		}
+	}
+	return size
+}
