@@ -13,6 +13,10 @@
 // which 16-byte blocks from the first change onwards, have changed. It is
 // meant for disk images, where ciphertext size must equal plaintext size.
 //
+// dm-crypt's authenticated ESSIV mode (LUKS2 with --integrity) keys the IV
+// cipher with the SHA-256 of the whole authenc key instead; NewCipherWithSalt
+// takes that salt.
+//
 // References: Linux crypto/essiv.c; dm-crypt's "essiv" IV generator; the
 // LUKS1 on-disk format specification (cipher mode "cbc-essiv:sha256").
 package essiv
@@ -40,7 +44,7 @@ func (k KeySizeError) Error() string {
 // mutable state, so it is safe for concurrent use.
 type Cipher struct {
 	key  *asm.Schedule // bulk CBC key
-	salt *asm.Schedule // AES-256 key SHA-256(volume key), for IVs
+	salt *asm.Schedule // AES-256 IV key: SHA-256(volume key) or a given salt
 	// ivb is the same IV cipher as a crypto/aes block, for EncryptIVs:
 	// package asm has no single-block entry point.
 	ivb  cipher.Block

@@ -159,3 +159,34 @@ func (h *LUKS2) integrityType() string {
 
 // IntegrityObject is the segment's parsed integrity object, or nil.
 func (s *Segment) IntegrityObject() *SegmentIntegrity { return s.integrity }
+
+// rekeyIntegrity checks a reencryption's parameters against the data
+// segment's integrity: the dm-integrity layout stays, so an authenticated
+// segment takes an authenticated mode with the same tag size (p.Integrity
+// defaults to the segment's), and a plain one stays plain.
+func (h *LUKS2) rekeyIntegrity(p *Params) error {
+	si := h.integrity()
+	if si == nil {
+		if p.Integrity != "" {
+			return errors.New("reencryption cannot add integrity protection: the data would have to move")
+		}
+		return nil
+	}
+	old, err := h.data().authMode()
+	if err != nil {
+		return err
+	}
+	if p.Integrity == "" {
+		p.Integrity = si.Type
+	}
+	p.Version = 2
+	m, err := cipher.ParseAuth(p.Cipher, p.Integrity)
+	if err != nil {
+		return err
+	}
+	if m.TagSize != old.TagSize {
+		return fmt.Errorf("reencryption keeps the integrity layout: %s has %d-byte tags, %s %d",
+			m.Name(), m.TagSize, old.Name(), old.TagSize)
+	}
+	return nil
+}

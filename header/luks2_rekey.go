@@ -101,8 +101,11 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 	if len(keep) == 0 {
 		return nil, nil, nil, fmt.Errorf("header: no key slot to keep")
 	}
-	if len(h.Segments) != 1 || len(h.data().Integrity) != 0 {
-		return nil, nil, nil, fmt.Errorf("reencrypting LUKS2 headers with %d segments or integrity is not supported", len(h.Segments))
+	if len(h.Segments) != 1 {
+		return nil, nil, nil, fmt.Errorf("reencrypting LUKS2 headers with %d segments is not supported", len(h.Segments))
+	}
+	if err := h.rekeyIntegrity(&p); err != nil {
+		return nil, nil, nil, err
 	}
 	if p.UUID != "" && p.UUID != h.bin.UUID {
 		return nil, nil, nil, fmt.Errorf("header: Rekey keeps the UUID")
@@ -139,6 +142,9 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 	n := h.clone()
 	seg := *h.data()
 	seg.Encryption, seg.changed = p.Cipher, true
+	if p.Integrity != "" {
+		seg.Integrity, seg.integrity = segmentIntegrity(p.Integrity)
+	}
 	n.Segments = map[int]*Segment{h.seg: &seg}
 	d, err := newDigest(p, vk, names, strconv.Itoa(h.seg))
 	if err != nil {

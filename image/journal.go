@@ -307,6 +307,10 @@ func readState(s File) (*state, error) {
 type record struct {
 	Window int64
 	FP     []byte
+	// Tags, for an authenticated image's reencryption, are the new tags of
+	// the window's sectors (with a random-IV mode's IVs), so that a redo
+	// writes exactly what the step would have.
+	Tags []byte
 }
 
 func (j *journal) writeRecord(r record) error {
@@ -315,10 +319,12 @@ func (j *journal) writeRecord(r record) error {
 	copy(b[16:32], j.st.ID[:])
 	binary.BigEndian.PutUint64(b[32:], uint64(r.Window))
 	binary.BigEndian.PutUint32(b[40:], uint32(len(r.FP)/fpSize))
-	if int64(recordHead+len(r.FP)+32) > j.st.RecordLen {
+	binary.BigEndian.PutUint32(b[44:], uint32(len(r.Tags)))
+	if int64(recordHead+len(r.FP)+len(r.Tags)+32) > j.st.RecordLen {
 		panic("image: record too large")
 	}
 	copy(b[recordHead:], r.FP)
+	copy(b[recordHead+len(r.FP):], r.Tags)
 	sum := sha256.Sum256(b[:len(b)-32])
 	copy(b[len(b)-32:], sum[:])
 	if _, err := j.s.WriteAt(b, recordsOff+(r.Window%2)*j.st.RecordLen); err != nil {
@@ -345,11 +351,13 @@ func (j *journal) lastRecord() (*record, error) {
 		}
 		w := int64(binary.BigEndian.Uint64(b[32:]))
 		n := int64(binary.BigEndian.Uint32(b[40:]))
-		if w < 0 || w >= j.st.Windows || w%2 != i || recordHead+n*fpSize+32 > j.st.RecordLen {
+		nt := int64(binary.BigEndian.Uint32(b[44:]))
+		if w < 0 || w >= j.st.Windows || w%2 != i || recordHead+n*fpSize+nt+32 > j.st.RecordLen {
 			continue
 		}
 		if best == nil || w > best.Window {
-			best = &record{Window: w, FP: bytes.Clone(b[recordHead : recordHead+n*fpSize])}
+			fp := recordHead + n*fpSize
+			best = &record{Window: w, FP: bytes.Clone(b[recordHead:fp]), Tags: bytes.Clone(b[fp : fp+nt])}
 		}
 	}
 	return best, nil

@@ -207,35 +207,43 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 		if err != nil {
 			return nil, err
 		}
-		oldC, newC, err := reencryptCiphers(img, loc, oh, nh, area, o.Passphrases)
-		if err != nil {
-			return nil, err
-		}
-		defer oldC.Clear()
-		defer newC.Clear()
-		exts, total, err := loc.dataExtents(img, oh)
-		if err != nil {
-			return nil, err
-		}
-		if total != st.DataLen {
-			return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
-		}
-		// Mark the image (idempotent): LUKS1's magic, LUKS2's requirement.
-		if err := applyMark(loc.hf, loc.off, oh); err != nil {
-			return nil, err
-		}
-		ss := int64(oh.Info().SectorSize)
-		if st.DataLen%ss != 0 || st.Window%ss != 0 {
-			return nil, fmt.Errorf("%w: %d bytes of data in %d-byte windows do not make whole %d-byte sectors", ErrTruncated, st.DataLen, st.Window, ss)
-		}
-		t := func(d, s []byte, first uint64) error {
-			if err := oldC.DecryptSectors(d, s, first); err != nil {
-				return err
+		if oh.Info().Integrity != "" {
+			clearAuth, err := c.authSteps(img, loc, oh, nh, area, o)
+			if err != nil {
+				return nil, err
 			}
-			return newC.EncryptSectors(d, d, first)
+			defer clearAuth()
+		} else {
+			oldC, newC, err := reencryptCiphers(img, loc, oh, nh, area, o.Passphrases)
+			if err != nil {
+				return nil, err
+			}
+			defer oldC.Clear()
+			defer newC.Clear()
+			exts, total, err := loc.dataExtents(img, oh)
+			if err != nil {
+				return nil, err
+			}
+			if total != st.DataLen {
+				return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
+			}
+			// Mark the image (idempotent): LUKS1's magic, LUKS2's requirement.
+			if err := applyMark(loc.hf, loc.off, oh); err != nil {
+				return nil, err
+			}
+			ss := int64(oh.Info().SectorSize)
+			if st.DataLen%ss != 0 || st.Window%ss != 0 {
+				return nil, fmt.Errorf("%w: %d bytes of data in %d-byte windows do not make whole %d-byte sectors", ErrTruncated, st.DataLen, st.Window, ss)
+			}
+			t := func(d, s []byte, first uint64) error {
+				if err := oldC.DecryptSectors(d, s, first); err != nil {
+					return err
+				}
+				return newC.EncryptSectors(d, d, first)
+			}
+			closePrefetch := sameSpotWindows(c, img, exts, ss, t, o.Pipeline)
+			defer closePrefetch()
 		}
-		closePrefetch := sameSpotWindows(c, img, exts, ss, t, o.Pipeline)
-		defer closePrefetch()
 	}
 	c.finish = func() error {
 		// The whole new area over the marked old header, in the format's
@@ -404,10 +412,13 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := refuseAuth(oh, "reencryption"); err != nil {
-		return nil, nil, nil, err
+	auth := oh.Info().Integrity != ""
+	var total int64
+	if auth {
+		_, _, total, err = loc.authLayout(img, oh)
+	} else {
+		_, total, err = loc.dataExtents(img, oh)
 	}
-	_, total, err := loc.dataExtents(img, oh)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -454,6 +465,17 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	if o.KeyBytes != 0 {
 		p.KeyBytes = o.KeyBytes
 	}
+	if auth {
+		p.Integrity = oi.Integrity
+		if o.KeyBytes != 0 {
+			// --key-size is the cipher's; the MAC key comes on top.
+			m, err := cipher.ParseAuth(p.Cipher, p.Integrity)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			p.KeyBytes += m.MACKeyBytes
+		}
+	}
 	room := loc.limit
 	if loc.format == Raw && !loc.detached(img) {
 		room = oi.PayloadOffset
@@ -467,6 +489,10 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	st := &state{
 		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,
 		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.off,
+	}
+	if auth {
+		m, _ := authTagMode(oh)
+		st.RecordLen = authRecordLen(w, int64(oi.SectorSize), m.TagSize)
 	}
 	if size, err := storageSize(img); err == nil {
 		st.ImageSize, st.FinalSize = size, size

@@ -416,7 +416,7 @@ func TestPowerLoss(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		points = 40
 	}
-	for ci, c := range append(crashCases(), detachedCases()...) {
+	for ci, c := range append(append(crashCases(), detachedCases()...), authCrashCases()...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(uint64(ci), 7))
@@ -473,7 +473,7 @@ func TestPowerLoss(t *testing.T) {
 // TestFaults fails a read (EIO) or a write (ENOSPC) in the middle of each
 // operation: the error says what failed, and running again completes.
 func TestFaults(t *testing.T) {
-	for ci, c := range append(crashCases(), detachedCases()...) {
+	for ci, c := range append(append(crashCases(), detachedCases()...), authCrashCases()...) {
 		for _, kind := range []string{"EIO", "ENOSPC"} {
 			t.Run(c.name+"/"+kind, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(ci), 9))

@@ -123,11 +123,11 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	// Without --key-size the library keeps the key size, or gives a new
 	// cipher its default one.
 	keyBytes := o.keySize / 8
-	if o.cipher != "" {
+	if o.cipher != "" && !authSpec(o.cipher) {
 		if _, err := cipherChoice(o.cipher, o.keySize, ""); err != nil {
 			return err
 		}
-	} else if o.keySize%8 != 0 {
+	} else if o.cipher == "" && o.keySize%8 != 0 {
 		// Otherwise the image's cipher decides; header.Format checks it.
 		return usagef("unsupported --key-size %d", o.keySize)
 	}
@@ -430,4 +430,19 @@ func createHeaderFile(path string, resuming bool) (*os.File, error) {
 		return nil, fmt.Errorf("failed to sync the directory of %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// authSpec reports a cipher specification only an authenticated mode has
+// ("aes-gcm-random"): for an image with integrity, the library checks the
+// pair of --cipher and the image's integrity.
+func authSpec(spec string) bool {
+	if _, err := cipher.Parse(spec); err == nil {
+		return false
+	}
+	for _, n := range cipher.SupportedAuth() {
+		if s, _, _ := strings.Cut(n, " + "); s == spec {
+			return true
+		}
+	}
+	return false
 }

@@ -59,6 +59,7 @@ func exitCode(err error) int {
 		errors.Is(err, integrity.ErrTooSmall),
 		errors.Is(err, integrity.ErrMismatch),
 		errors.Is(err, integrity.ErrJournal),
+		errors.Is(err, integrity.ErrUnsupported),
 		errors.Is(err, qcow2.ErrCorrupt):
 		return exitBadImage
 	case errors.As(err, &ue):

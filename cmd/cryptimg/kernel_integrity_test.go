@@ -32,8 +32,8 @@ func aeadErrors(out string) []uint64 {
 }
 
 // TestKernelIntegrityReads: the kernel opens cryptimg's authenticated
-// images of every mode and sector size, reads the plaintext back with no
-// integrity error, in journal mode and in the direct mode the no-journal
+// images of every mode and sector size, and reencrypted ones, reads the
+// plaintext back with no integrity error, in journal mode and in the direct mode the no-journal
 // flag asks for; it writes into one, and cryptimg verifies and decrypts
 // what it wrote. One flipped byte of data and one of a tag: the kernel's
 // reads of those blocks fail, it logs the sectors, and cryptimg's verify
@@ -47,6 +47,19 @@ func TestKernelIntegrityReads(t *testing.T) {
 		img := filepath.Join(dir, c.name+".luks")
 		integrityImage(t, key, plain, img, c.args...)
 		o.reads("int-read-"+c.name, img, key, fileSHA(t, plain))
+	}
+	// Reencrypted by cryptimg: essiv to xts (the same tags), and gcm with a
+	// new key.
+	for _, c := range []struct {
+		name string
+		from []string
+		to   []string
+	}{{"essiv-to-xts", integrityCases[0].args, []string{"--cipher", "aes-xts-plain64"}}, {"gcm", integrityCases[5].args, nil}} {
+		img := filepath.Join(dir, "reenc-"+c.name+".luks")
+		integrityImage(t, key, plain, img, c.from...)
+		args := append([]string{"reencrypt", "--batch-mode", "-d", key, "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}, c.to...)
+		mustRun(t, append(args, img)...)
+		o.reads("int-reencrypted-"+c.name, img, key, fileSHA(t, plain))
 	}
 	nj := filepath.Join(dir, "no-journal.luks")
 	integrityImage(t, key, plain, nj, append(integrityCases[2].args, "--integrity-no-journal")...)
@@ -64,6 +77,9 @@ func TestKernelIntegrityReads(t *testing.T) {
 	m = o.mapper()
 	o.check("int-write", fmt.Sprintf("unlock %s %s %s\ndd if=%s of=/dev/mapper/%s bs=65536 conv=fsync 2>/dev/null\nlock %s",
 		o.disk(wimg), m, o.key(key), o.disk(src), m, m))
+
+	// Everything so far read and wrote with no integrity error logged.
+	o.check("int-clean-log", `if dmesg | grep -E "AEAD ERROR|integrity: Error|device-mapper: integrity"; then exit 1; fi; echo clean`)
 
 	// Tampering, for a 512-byte and a 4096-byte sector image.
 	type tamper struct {
@@ -102,6 +118,9 @@ dmesg`, o.disk(img), m, o.key(key), tp.data, tp.tag))
 		t.Errorf("no-journal image: the integrity table is not in direct mode or the data differs:\n%s", tbl)
 	}
 	r.Want(t, "int-write")
+	if got := r.Want(t, "int-clean-log"); got != "clean" {
+		t.Errorf("the kernel logged integrity errors reading cryptimg's images:\n%s", got)
+	}
 	mustRun(t, "verify", "-d", key, wimg)
 	out := filepath.Join(dir, "written.out")
 	mustRun(t, "decrypt", "-d", key, wimg, out)

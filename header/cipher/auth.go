@@ -125,7 +125,7 @@ func ParseAuth(spec, integrity string) (*AuthMode, error) {
 	if m, ok := authRegistry[spec+"|"+integrity]; ok {
 		return m, nil
 	}
-	return nil, &UnsupportedError{Spec: spec + " + " + integrity}
+	return nil, &UnsupportedError{Spec: spec + " + " + integrity, Auth: true}
 }
 
 // IntegrityType maps cryptsetup's --integrity option ("hmac-sha256",
@@ -166,6 +166,10 @@ type AuthSector interface {
 	// Sectors whose tag does not match are zeroed in dst and listed in the
 	// returned *TagError; the others are decrypted all the same.
 	Open(dst, src, tags []byte, unit uint64) error
+	// Reseal is Seal with a random-IV mode's IVs taken from tags, as an
+	// earlier Seal wrote them: the same key and plaintext give the same
+	// ciphertext and tags (the redo of an interrupted reencryption).
+	Reseal(dst, tags, src []byte, unit uint64) error
 	// Clear overwrites the keys; the cipher is unusable afterwards.
 	Clear()
 }

@@ -141,9 +141,15 @@ var ErrUnsupported = errors.New("unsupported cipher")
 // UnsupportedError reports a cipher specification that is not registered.
 type UnsupportedError struct {
 	Spec string
+	// Auth marks a pair of a specification and an integrity type, which
+	// only the authenticated modes could take.
+	Auth bool
 }
 
 func (e *UnsupportedError) Error() string {
+	if e.Auth {
+		return fmt.Sprintf("unsupported cipher %q (supported with integrity: %s)", e.Spec, strings.Join(SupportedAuth(), ", "))
+	}
 	return fmt.Sprintf("unsupported cipher %q (supported: %s)", e.Spec, strings.Join(Supported(), ", "))
 }
 

@@ -5,7 +5,7 @@
 // how to check, and replay, the journal the kernel leaves behind.
 //
 // It knows no ciphers: a tag is an opaque slot of T bytes per B-byte block.
-// The facts come from /work/shared/reference/integrity.md and the Linux 6.1
+// The facts come from reference/integrity.md and the Linux 6.1
 // source it cites (drivers/md/dm-integrity.c); each function names the
 // kernel function whose rule it follows.
 //
@@ -23,8 +23,8 @@ import (
 	"math"
 )
 
-// SectorSize is the unit of every sector count and sector number here.
-const SectorSize = 512
+// sectorBytes is the unit of every sector count and sector number here.
+const sectorBytes = 512
 
 // On-disk constants (linux drivers/md/dm-integrity.c).
 const (
@@ -33,7 +33,7 @@ const (
 	journalSectorData    = 504    // JOURNAL_SECTOR_DATA: bytes before the commit id
 	journalEntryRoundup  = 8      // JOURNAL_ENTRY_ROUNDUP
 	maxTagSize           = 255    // MAX_TAG_SIZE (6.1)
-	maxSectorsPerBlock   = 8      // MAX_SECTORS_PER_BLOCK
+	maxLog2SPB           = 3      // MAX_SECTORS_PER_BLOCK = 8
 	paddingSectors       = 8      // METADATA_PADDING_SECTORS
 	defaultLog2Interlv   = 15     // DEFAULT_INTERLEAVE_SECTORS = 32768
 	minLog2Interleave    = 3      // MIN_LOG2_INTERLEAVE_SECTORS
@@ -50,9 +50,10 @@ var (
 	ErrNoSuperblock = errors.New("no dm-integrity superblock")
 	// ErrSuperblock: the superblock carries a value the kernel rejects.
 	ErrSuperblock = errors.New("invalid dm-integrity superblock")
-	// ErrUnsupported: a valid superblock of a kind a LUKS2 segment never
-	// has (journal MAC, recalculation, bitmap mode, unknown flags).
-	ErrUnsupported = errors.New("unsupported dm-integrity superblock")
+	// ErrUnsupported: a tag or block size dm-integrity does not take, or a
+	// valid superblock of a kind a LUKS2 segment never has (journal MAC,
+	// recalculation, bitmap mode, unknown flags).
+	ErrUnsupported = errors.New("unsupported dm-integrity configuration")
 	// ErrTooSmall: the device cannot hold the layout, or holds fewer data
 	// sectors than the superblock promises.
 	ErrTooSmall = errors.New("device too small for dm-integrity")
@@ -95,7 +96,7 @@ func New(deviceSectors, start uint64, tagSize, sectorSize int) (*Geometry, error
 		return nil, err
 	}
 	if tagSize < 1 || tagSize > maxTagSize {
-		return nil, fmt.Errorf("%w: tag size %d, want 1..%d", ErrMismatch, tagSize, maxTagSize)
+		return nil, fmt.Errorf("%w: tag size %d, want 1..%d", ErrUnsupported, tagSize, maxTagSize)
 	}
 	journalSectors := min(uint64(maxJournalSectors), deviceSectors>>journalSizeFactor)
 	_, _, sectionSectors := journalSection(tagSize, l2spb)
@@ -107,18 +108,19 @@ func New(deviceSectors, start uint64, tagSize, sectorSize int) (*Geometry, error
 // the geometry from its stored journal size, interleave, tag size and block
 // size and from the current device size, as the kernel does at every
 // activation (linux dm_integrity_ctr). The kernel recomputes the provided
-// data sectors from the device size: Geometry.DataSectors is that value,
-// and the stored one, which the kernel rewrites at a read-write activation
-// when it differs, stays in the returned Superblock. A stored value larger
-// than the recomputed one fails with ErrTooSmall, as activation does.
-// Callers check the tag and block size against the cipher with
-// Geometry.Check.
+// data sectors from the device size: Geometry.DataSectors is that value.
+// The stored one stays in the returned Superblock: cryptsetup maps that
+// many sectors at the activation that finds it, and the kernel then
+// rewrites it with the recomputed value (linux dm_integrity_resume). A
+// stored value larger than the recomputed one fails with ErrTooSmall, as
+// activation does. Callers check the tag and block size against the
+// cipher with Geometry.Check.
 func Read(r io.ReaderAt, start, deviceSectors uint64) (*Geometry, *Superblock, error) {
-	if start > math.MaxInt64/SectorSize-superblockSectors {
+	if start > math.MaxInt64/sectorBytes-superblockSectors {
 		return nil, nil, fmt.Errorf("%w: start sector %d", ErrTooSmall, start)
 	}
 	buf := make([]byte, SuperblockSize)
-	if _, err := r.ReadAt(buf, int64(start)*SectorSize); err != nil {
+	if _, err := r.ReadAt(buf, int64(start)*sectorBytes); err != nil {
 		return nil, nil, fmt.Errorf("reading the dm-integrity superblock at sector %d: %w", start, err)
 	}
 	sb, err := ParseSuperblock(buf)
@@ -155,12 +157,12 @@ func (g *Geometry) Check(tagSize, sectorSize int) error {
 }
 
 func log2SectorsPerBlock(sectorSize int) (uint8, error) {
-	for l := uint8(0); 1<<l <= maxSectorsPerBlock; l++ {
-		if sectorSize == SectorSize<<l {
+	for l := uint8(0); l <= maxLog2SPB; l++ {
+		if sectorSize == sectorBytes<<l {
 			return l, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: block size %d, want 512, 1024, 2048 or 4096", ErrMismatch, sectorSize)
+	return 0, fmt.Errorf("%w: block size %d, want 512, 1024, 2048 or 4096", ErrUnsupported, sectorSize)
 }
 
 // journalSection gives the entry size, entries per section and sectors per
@@ -179,7 +181,7 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // layout derives a geometry from the stored parameters and the device size
 // (linux calculate_device_limits, get_provided_data_sectors).
 func layout(device, start uint64, tagSize int, l2spb, log2Interleave uint8, sections uint32, fixedPadding bool) (*Geometry, error) {
-	if device > math.MaxInt64/SectorSize {
+	if device > math.MaxInt64/sectorBytes {
 		return nil, fmt.Errorf("%w: %d sectors is beyond a file's size", ErrTooSmall, device)
 	}
 	g := &Geometry{
@@ -188,12 +190,12 @@ func layout(device, start uint64, tagSize int, l2spb, log2Interleave uint8, sect
 	}
 	g.entrySize, g.sectionEntries, g.sectionSectors = journalSection(tagSize, l2spb)
 	g.initial = superblockSectors + uint64(g.sectionSectors)*uint64(sections)
-	pad := uint64(SectorSize << paddingSectors) // legacy: 128 KiB
+	pad := uint64(sectorBytes << paddingSectors) // legacy: 128 KiB
 	if fixedPadding {
-		pad = paddingSectors * SectorSize // 4 KiB
+		pad = paddingSectors * sectorBytes // 4 KiB
 	}
 	runBytes := uint64(tagSize) << (log2Interleave - l2spb)
-	g.metadataRun = (runBytes + pad - 1) / pad * pad / SectorSize
+	g.metadataRun = (runBytes + pad - 1) / pad * pad / sectorBytes
 	g.provided = providedDataSectors(device, start, g.initial, g.metadataRun, log2Interleave)
 	if g.provided == 0 {
 		return nil, fmt.Errorf("%w: %d sectors after sector %d hold no data sectors (superblock and journal take %d, a tag run %d)",
@@ -248,8 +250,8 @@ func (g *Geometry) DataSectors() uint64 { return g.provided }
 // TagSize is T, the bytes of metadata per block.
 func (g *Geometry) TagSize() int { return g.tagSize }
 
-// SectorSize is B, the block (encryption sector) size in bytes.
-func (g *Geometry) SectorSize() int { return SectorSize << g.log2SPB }
+// sectorBytes is B, the block (encryption sector) size in bytes.
+func (g *Geometry) SectorSize() int { return sectorBytes << g.log2SPB }
 
 // Start is S, the sector of the superblock.
 func (g *Geometry) Start() uint64 { return g.start }
@@ -284,16 +286,16 @@ func (g *Geometry) InitialSectors() uint64 { return g.initial }
 func (g *Geometry) MetadataRun() uint64 { return g.metadataRun }
 
 // JournalOffset is the byte offset of the journal in the file.
-func (g *Geometry) JournalOffset() int64 { return int64(g.start+superblockSectors) * SectorSize }
+func (g *Geometry) JournalOffset() int64 { return int64(g.start+superblockSectors) * sectorBytes }
 
 // JournalBytes is the size of the journal in bytes.
 func (g *Geometry) JournalBytes() int64 {
-	return int64(g.journalSections) * int64(g.sectionSectors) * SectorSize
+	return int64(g.journalSections) * int64(g.sectionSectors) * sectorBytes
 }
 
 // End is the byte offset just past the last data sector: the least file
 // size that holds the whole layout.
-func (g *Geometry) End() int64 { return g.DataOffset(g.provided-1) + SectorSize }
+func (g *Geometry) End() int64 { return g.DataOffset(g.provided-1) + sectorBytes }
 
 func (g *Geometry) checkSector(n uint64) {
 	if n >= g.provided {
@@ -306,7 +308,7 @@ func (g *Geometry) checkSector(n uint64) {
 func (g *Geometry) DataOffset(n uint64) int64 {
 	g.checkSector(n)
 	a, o := n>>g.log2Interleave, n&(1<<g.log2Interleave-1)
-	return int64(g.start+g.initial+a<<g.log2Interleave+(a+1)*g.metadataRun+o) * SectorSize
+	return int64(g.start+g.initial+a<<g.log2Interleave+(a+1)*g.metadataRun+o) * sectorBytes
 }
 
 // TagOffset is the byte offset in the file of the T-byte tag of the block
@@ -315,7 +317,7 @@ func (g *Geometry) DataOffset(n uint64) int64 {
 func (g *Geometry) TagOffset(n uint64) int64 {
 	g.checkSector(n)
 	a, o := n>>g.log2Interleave, n&(1<<g.log2Interleave-1)
-	run := int64(g.start+g.initial+a*(1<<g.log2Interleave+g.metadataRun)) * SectorSize
+	run := int64(g.start+g.initial+a*(1<<g.log2Interleave+g.metadataRun)) * sectorBytes
 	return run + int64(o>>g.log2SPB)*int64(g.tagSize)
 }
 
@@ -346,7 +348,7 @@ func (g *Geometry) Area(i uint64) Area {
 	return Area{
 		Index: i, FirstSector: first, Sectors: n,
 		DataOffset: g.DataOffset(first), TagOffset: g.TagOffset(first),
-		DataLen: int64(n) * SectorSize, TagLen: int64(n>>g.log2SPB) * int64(g.tagSize),
+		DataLen: int64(n) * sectorBytes, TagLen: int64(n>>g.log2SPB) * int64(g.tagSize),
 	}
 }
 

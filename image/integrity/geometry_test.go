@@ -45,7 +45,7 @@ func TestWorkedGeometries(t *testing.T) {
 			t.Errorf("D=%d: parameters T %d B %d S %d D %d L %d fixed %v", c.d, g.TagSize(), g.SectorSize(),
 				g.Start(), g.DeviceSectors(), g.Log2Interleave(), g.FixedPadding())
 		}
-		if g.End() > int64(c.d)*SectorSize {
+		if g.End() > int64(c.d)*sectorBytes {
 			t.Errorf("D=%d: layout ends at byte %d, past the file", c.d, g.End())
 		}
 		checkAreas(t, g)
@@ -59,20 +59,20 @@ func checkAreas(t *testing.T, g *Geometry) {
 	t.Helper()
 	next := uint64(0)
 	prevEnd := g.JournalOffset() + g.JournalBytes()
-	spb := uint64(g.SectorSize() / SectorSize)
+	spb := uint64(g.SectorSize() / sectorBytes)
 	for a := range g.Areas() {
 		if a.FirstSector != next || a.DataOffset != g.DataOffset(a.FirstSector) || a.TagOffset != g.TagOffset(a.FirstSector) {
 			t.Fatalf("area %d: %+v, want first sector %d", a.Index, a, next)
 		}
-		if a.TagOffset != prevEnd || a.TagOffset+int64(g.MetadataRun())*SectorSize != a.DataOffset {
+		if a.TagOffset != prevEnd || a.TagOffset+int64(g.MetadataRun())*sectorBytes != a.DataOffset {
 			t.Fatalf("area %d: tag run at %d, data at %d; previous area ended at %d", a.Index, a.TagOffset, a.DataOffset, prevEnd)
 		}
-		if a.TagLen > int64(g.MetadataRun())*SectorSize || a.DataLen != int64(a.Sectors)*SectorSize ||
+		if a.TagLen > int64(g.MetadataRun())*sectorBytes || a.DataLen != int64(a.Sectors)*sectorBytes ||
 			a.TagLen != int64(a.Sectors/spb)*int64(g.TagSize()) {
 			t.Fatalf("area %d: %d tag bytes, %d data bytes for %d sectors", a.Index, a.TagLen, a.DataLen, a.Sectors)
 		}
 		last := a.FirstSector + a.Sectors - 1
-		if g.DataOffset(last) != a.DataOffset+a.DataLen-SectorSize ||
+		if g.DataOffset(last) != a.DataOffset+a.DataLen-sectorBytes ||
 			g.TagOffset(last) != a.TagOffset+a.TagLen-int64(g.TagSize()) {
 			t.Fatalf("area %d: last sector %d at %d (tag %d)", a.Index, last, g.DataOffset(last), g.TagOffset(last))
 		}
@@ -134,10 +134,10 @@ func TestWorkedOffsets(t *testing.T) {
 		t.Errorf("4K tags of sectors 0, 7, 8 at %d, %d, %d", g4.TagOffset(0), g4.TagOffset(7), g4.TagOffset(8))
 	}
 	// Sector 32768 opens area 1: after area 0's data and area 1's tag run.
-	if want := g4.DataOffset(32767) + SectorSize + int64(g4.MetadataRun())*SectorSize; g4.DataOffset(32768) != want {
+	if want := g4.DataOffset(32767) + sectorBytes + int64(g4.MetadataRun())*sectorBytes; g4.DataOffset(32768) != want {
 		t.Errorf("area 1 data at %d, want %d", g4.DataOffset(32768), want)
 	}
-	if want := g4.DataOffset(32767) + SectorSize; g4.TagOffset(32768) != want {
+	if want := g4.DataOffset(32767) + sectorBytes; g4.TagOffset(32768) != want {
 		t.Errorf("area 1 tags at %d, want %d", g4.TagOffset(32768), want)
 	}
 	defer func() {
@@ -180,7 +180,7 @@ func TestSuperblockExamples(t *testing.T) {
 		}
 		// Round trip, and Read derives the same geometry.
 		f := &memFile{}
-		if _, err := f.WriteAt(got, segStart*SectorSize); err != nil {
+		if _, err := f.WriteAt(got, segStart*sectorBytes); err != nil {
 			t.Fatal(err)
 		}
 		rg, sb, err := Read(f, segStart, 65536)
@@ -237,7 +237,7 @@ func TestGrownDevice(t *testing.T) {
 	}{{30280, false}, {30000, true}, {30272, true}} {
 		s := g.Superblock()
 		s.ProvidedDataSectors = c.stored
-		f.WriteAt(s.Bytes(), segStart*SectorSize)
+		f.WriteAt(s.Bytes(), segStart*sectorBytes)
 		rg, sb, err := Read(f, segStart, 65536)
 		if !c.ok {
 			if !errors.Is(err, ErrTooSmall) {
@@ -273,6 +273,7 @@ func TestReadRefuses(t *testing.T) {
 		{"tag size 256", func(b []byte) { b[10], b[11] = 0, 1 }, ErrSuperblock},
 		{"journal_sections 0", func(b []byte) { b[12] = 0 }, ErrSuperblock},
 		{"8 KiB blocks", func(b []byte) { b[28] = 4 }, ErrSuperblock},
+		{"2^64 sectors per block", func(b []byte) { b[28] = 64 }, ErrSuperblock},
 		{"journal MAC", func(b []byte) { b[24] |= FlagHaveJournalMAC }, ErrUnsupported},
 		{"recalculating", func(b []byte) { b[24] |= FlagRecalculating }, ErrUnsupported},
 		{"dirty bitmap", func(b []byte) { b[24] |= FlagDirtyBitmap }, ErrUnsupported},
@@ -282,7 +283,7 @@ func TestReadRefuses(t *testing.T) {
 		b := g.Superblock().Bytes()
 		c.edit(b)
 		f := &memFile{}
-		f.WriteAt(b, segStart*SectorSize)
+		f.WriteAt(b, segStart*sectorBytes)
 		if _, _, err := Read(f, segStart, 65536); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
@@ -296,7 +297,7 @@ func TestReadRefuses(t *testing.T) {
 	b := s.Bytes()
 	b[4000] = 1
 	f := &memFile{}
-	f.WriteAt(b, segStart*SectorSize)
+	f.WriteAt(b, segStart*sectorBytes)
 	if rg, _, err := Read(f, segStart, 65536); err != nil || *rg != *g {
 		t.Errorf("fixed HMAC superblock: %v", err)
 	}
@@ -317,12 +318,12 @@ func TestLegacyPadding(t *testing.T) {
 	s := g.Superblock()
 	s.Flags, s.Version, s.ProvidedDataSectors = 0, 1, 32240
 	f := &memFile{}
-	f.WriteAt(s.Bytes(), segStart*SectorSize)
+	f.WriteAt(s.Bytes(), segStart*sectorBytes)
 	rg, _, err := Read(f, segStart, 65536)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rg.FixedPadding() || rg.MetadataRun() != 256 || rg.DataSectors() != 32240 || rg.DataOffset(0) != int64(segStart+272+256)*SectorSize {
+	if rg.FixedPadding() || rg.MetadataRun() != 256 || rg.DataSectors() != 32240 || rg.DataOffset(0) != int64(segStart+272+256)*sectorBytes {
 		t.Errorf("legacy: fixed %v, M %d, P %d", rg.FixedPadding(), rg.MetadataRun(), rg.DataSectors())
 	}
 	if b := rg.Superblock(); b.Version != 1 || b.Flags != 0 {
@@ -339,10 +340,10 @@ func TestNewRefuses(t *testing.T) {
 		tag, b int
 		want   error
 	}{
-		{65536, segStart, 32, 8192, ErrMismatch},
-		{65536, segStart, 32, 520, ErrMismatch},
-		{65536, segStart, 0, 512, ErrMismatch},
-		{65536, segStart, 256, 512, ErrMismatch},
+		{65536, segStart, 32, 8192, ErrUnsupported},
+		{65536, segStart, 32, 520, ErrUnsupported},
+		{65536, segStart, 0, 512, ErrUnsupported},
+		{65536, segStart, 256, 512, ErrUnsupported},
 		{8 + 88, 0, 32, 512, ErrTooSmall},
 		{8 + 88 + 2048 + 7, 0, 32, 512, ErrTooSmall},
 		{1000, segStart, 32, 512, ErrTooSmall},
@@ -355,7 +356,7 @@ func TestNewRefuses(t *testing.T) {
 	// The smallest device with data (one journal section): 8 sectors after
 	// the first tag run.
 	g, err := New(8+88+2048+8, 0, 32, 512)
-	if err != nil || g.DataSectors() != 8 || g.End() != int64(g.DeviceSectors())*SectorSize {
+	if err != nil || g.DataSectors() != 8 || g.End() != int64(g.DeviceSectors())*sectorBytes {
 		t.Errorf("smallest device: %v", err)
 	}
 }

@@ -40,7 +40,7 @@ func nextSeq(s int) int { return (s + 1) % commitSeqs }
 func prevSeq(s int) int { return (s + commitSeqs - 1) % commitSeqs }
 
 // sectionBytes is the size of one journal section.
-func (g *Geometry) sectionBytes() int { return g.sectionSectors * SectorSize }
+func (g *Geometry) sectionBytes() int { return g.sectionSectors * sectorBytes }
 
 // sectionOffset is the byte offset of journal section i in the file.
 func (g *Geometry) sectionOffset(i uint32) int64 {
@@ -50,7 +50,7 @@ func (g *Geometry) sectionOffset(i uint32) int64 {
 // entry returns the bytes of entry n of a section buffer: metadata sector
 // n%8, at (n/8)*entry size (linux access_journal_entry).
 func (g *Geometry) entry(section []byte, n int) []byte {
-	off := n%journalBlockSectors*SectorSize + n/journalBlockSectors*g.entrySize
+	off := n%journalBlockSectors*sectorBytes + n/journalBlockSectors*g.entrySize
 	return section[off : off+g.entrySize]
 }
 
@@ -59,7 +59,7 @@ func (g *Geometry) entry(section []byte, n int) []byte {
 func (g *Geometry) emptySection(buf []byte, i uint32, seq int) {
 	clear(buf)
 	for j := range g.sectionSectors {
-		binary.LittleEndian.PutUint64(buf[j*SectorSize+commitIDOff:], commitID(i, j, seq))
+		binary.LittleEndian.PutUint64(buf[j*sectorBytes+commitIDOff:], commitID(i, j, seq))
 	}
 	for n := range g.sectionEntries {
 		binary.LittleEndian.PutUint32(g.entry(buf, n)[4:], unusedHi)
@@ -93,7 +93,7 @@ func (g *Geometry) WriteMetadata(w io.WriterAt) error {
 	if err := g.WriteJournal(w); err != nil {
 		return err
 	}
-	if _, err := w.WriteAt(g.Superblock().Bytes(), int64(g.start)*SectorSize); err != nil {
+	if _, err := w.WriteAt(g.Superblock().Bytes(), int64(g.start)*sectorBytes); err != nil {
 		return fmt.Errorf("writing the dm-integrity superblock: %w", err)
 	}
 	return nil
@@ -140,11 +140,11 @@ func (g *Geometry) CheckJournal(r io.ReaderAt) (*JournalState, error) {
 		}
 		st.Seqs[i] = -2
 		for j := range g.sectionSectors {
-			id := binary.LittleEndian.Uint64(buf[j*SectorSize+commitIDOff:])
+			id := binary.LittleEndian.Uint64(buf[j*sectorBytes+commitIDOff:])
 			k := commitSeq(i, j, id)
 			if k < 0 {
 				return nil, fmt.Errorf("%w: section %d, sector %d (file sector %d): commit id %#016x is none of the 4 sequences",
-					ErrJournal, i, j, g.sectionOffset(i)/SectorSize+int64(j), id)
+					ErrJournal, i, j, g.sectionOffset(i)/sectorBytes+int64(j), id)
 			}
 			used[k] = true
 			lastSection[k] = i
@@ -277,14 +277,14 @@ func (g *Geometry) Replay(r io.ReaderAt, fn func(Override) error) (*JournalState
 			have = int64(i)
 		}
 		e := g.entry(buf, n)
-		o := Override{Sector: sector, Data: make([]byte, spb*SectorSize), Tag: make([]byte, g.tagSize)}
+		o := Override{Sector: sector, Data: make([]byte, spb*sectorBytes), Tag: make([]byte, g.tagSize)}
 		copy(o.Tag, e[8+8*spb:])
 		// Entry n's block is in data sectors 8+n*spb..; each holds 504
 		// bytes, the last 8 of every 512 are in the entry (linux
 		// restore_last_bytes).
 		for s := range spb {
-			chunk := buf[(journalBlockSectors+n*spb+s)*SectorSize:][:SectorSize]
-			d := o.Data[s*SectorSize:][:SectorSize]
+			chunk := buf[(journalBlockSectors+n*spb+s)*sectorBytes:][:sectorBytes]
+			d := o.Data[s*sectorBytes:][:sectorBytes]
 			copy(d, chunk[:journalSectorData])
 			copy(d[journalSectorData:], e[8+8*s:8+8*s+8])
 		}

@@ -8,7 +8,7 @@ import (
 
 // SuperblockSize is the size of the superblock area at sector S: 64
 // meaningful bytes, zeros after them (linux SB_SECTORS).
-const SuperblockSize = superblockSectors * SectorSize
+const SuperblockSize = superblockSectors * sectorBytes
 
 // Magic opens every superblock: "integrt" and a NUL (linux SB_MAGIC).
 const Magic = "integrt\x00"
@@ -104,12 +104,11 @@ func (s *Superblock) Validate() error {
 		return fmt.Errorf("%w: log2 interleave %d, want %d..%d", ErrSuperblock, s.Log2InterleaveSectors, minLog2Interleave, maxLog2Interleave)
 	case s.TagSize == 0 || s.TagSize > maxTagSize:
 		return fmt.Errorf("%w: tag size %d, want 1..%d", ErrSuperblock, s.TagSize, maxTagSize)
-	case 1<<s.Log2SectorsPerBlock > maxSectorsPerBlock:
-		return fmt.Errorf("%w: log2 sectors per block %d, want 0..3", ErrSuperblock, s.Log2SectorsPerBlock)
+	case s.Log2SectorsPerBlock > maxLog2SPB:
+		return fmt.Errorf("%w: log2 sectors per block %d, want 0..%d", ErrSuperblock, s.Log2SectorsPerBlock, maxLog2SPB)
 	}
-	const known = FlagHaveJournalMAC | FlagRecalculating | FlagDirtyBitmap | FlagFixedPadding | FlagFixedHMAC
 	if f := s.Flags &^ (FlagFixedPadding | FlagFixedHMAC); f != 0 {
-		what := "unknown flags"
+		what := "flags unknown to Linux 6.1"
 		switch {
 		case f&FlagHaveJournalMAC != 0:
 			what = "a journal MAC"
@@ -117,10 +116,8 @@ func (s *Superblock) Validate() error {
 			what = "a tag recalculation in progress"
 		case f&FlagDirtyBitmap != 0:
 			what = "bitmap mode"
-		case f&^known != 0:
-			f &^= known
 		}
-		return fmt.Errorf("%w: flags %#x: %s", ErrUnsupported, f, what)
+		return fmt.Errorf("%w: flags %#x: %s", ErrUnsupported, s.Flags, what)
 	}
 	return nil
 }
