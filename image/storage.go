@@ -27,6 +27,39 @@ type Storage struct {
 
 	mu  sync.Mutex
 	pos int64
+
+	failMu sync.Mutex
+	failed error // the first read error
+}
+
+// ReadAt reads from the view, remembering the first failure (see
+// ReadError).
+func (s *Storage) ReadAt(p []byte, off int64) (int, error) {
+	n, err := s.View.ReadAt(p, off)
+	s.noteErr(err)
+	return n, err
+}
+
+func (s *Storage) noteErr(err error) {
+	if err == nil || errors.Is(err, io.EOF) {
+		return
+	}
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failed == nil {
+		s.failed = err
+	}
+}
+
+// ReadError is the first error a read of the view returned, or nil.
+// go-diskfs reports a failed read of a filesystem's metadata as a plain
+// message (or a missing path), dropping the cause; this keeps it, so a
+// caller can tell "no such file" from an unreadable sector (an integrity
+// tag mismatch, as a *CorruptError).
+func (s *Storage) ReadError() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
 }
 
 var (
@@ -55,7 +88,7 @@ func (s *Storage) Read(p []byte) (int, error) {
 		}
 		return 0, io.EOF
 	}
-	n, err := s.View.ReadAt(p, s.pos)
+	n, err := s.ReadAt(p, s.pos)
 	s.pos += int64(n)
 	if err == io.EOF && n > 0 {
 		err = nil

@@ -93,8 +93,22 @@ disk, and the image is opened read-only.
 // read-only view.
 type plainDisk struct {
 	*disk.Disk
-	src *os.File
-	key *image.Key
+	src     *os.File
+	key     *image.Key
+	storage *image.Storage
+}
+
+// cause gives the read error behind a failure of go-diskfs, which reports
+// an unreadable sector (an integrity tag mismatch) as a plain message or a
+// missing path: what names the request.
+func (d *plainDisk) cause(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if re := d.storage.ReadError(); re != nil {
+		return fmt.Errorf("%s: %w", what, re)
+	}
+	return err
 }
 
 func (d *plainDisk) Close() {
@@ -129,14 +143,18 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	d, err := diskfs.OpenBackend(image.NewStorage(v, plainName(path), true))
+	st := image.NewStorage(v, plainName(path), true)
+	d, err := diskfs.OpenBackend(st)
 	if err != nil {
 		v.Close()
 		k.Clear()
 		src.Close()
+		if re := st.ReadError(); re != nil {
+			err = re
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &plainDisk{Disk: d, src: src, key: k}, nil
+	return &plainDisk{Disk: d, src: src, key: k, storage: st}, nil
 }
 
 // partitionJSON describes one partition in ls --json output.
@@ -342,7 +360,7 @@ func entryOf(name string, st fs.FileInfo) entryJSON {
 	return e
 }
 
-func runLs(g *globalOptions, o lsOptions, img, spec string) error {
+func runLs(g *globalOptions, o lsOptions, img, spec string) (err error) {
 	part, p := 0, ""
 	if spec != "" {
 		var err error
@@ -355,6 +373,7 @@ func runLs(g *globalOptions, o lsOptions, img, spec string) error {
 		return err
 	}
 	defer d.Close()
+	defer func() { err = d.cause(err, img+" "+spec) }()
 	if spec == "" {
 		return printPartitions(g, o.json, partitionsOf(d.Disk))
 	}
@@ -416,7 +435,7 @@ func printPartitions(g *globalOptions, asJSON bool, t tableJSON) error {
 	return w.Flush()
 }
 
-func runCat(g *globalOptions, o lsOptions, img, spec string) error {
+func runCat(g *globalOptions, o lsOptions, img, spec string) (err error) {
 	if !strings.Contains(spec, ":") {
 		return usagef("%q: want PART:PATH", spec)
 	}
@@ -432,6 +451,7 @@ func runCat(g *globalOptions, o lsOptions, img, spec string) error {
 		return err
 	}
 	defer d.Close()
+	defer func() { err = d.cause(err, spec) }()
 	fsys, err := filesystemOf(d.Disk, part)
 	if err != nil {
 		return err

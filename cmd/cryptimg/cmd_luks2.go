@@ -4,6 +4,7 @@ package main
 // them.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -207,10 +208,18 @@ func newRepairCommand(g *globalOptions) *cobra.Command {
 other, every cryptimg command warns and reads the good one, and none writes.
 "repair" writes the good copy over both (with the next seqid), each synced,
 as cryptsetup repair does; with both copies good it does nothing.
+
+For an image with integrity protection, repair first puts the writes left in
+its dm-integrity journal (after a crash of the kernel that had it open) in
+place, as the kernel does when it next opens the image, and empties the
+journal.
 ` + exitStatusHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
+			if err := replayIntegrityJournal(g, path); err != nil {
+				return err
+			}
 			f, e, h, err := openLUKS2RW(g, path)
 			if err != nil {
 				return err
@@ -227,4 +236,33 @@ as cryptsetup repair does; with both copies good it does nothing.
 			return nil
 		},
 	}
+}
+
+// replayIntegrityJournal puts the pending writes of an authenticated
+// image's dm-integrity journal in place; other images are left alone.
+func replayIntegrityJournal(g *globalOptions, path string) error {
+	f, err := lockImage(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var hdr io.ReaderAt = f
+	if g.header != "" {
+		hf, err := openInput(g.header)
+		if err != nil {
+			return err
+		}
+		defer hf.Close()
+		hdr = hf
+	}
+	n, err := image.ReplayJournal(f, hdr)
+	switch {
+	case errors.Is(err, header.ErrNotAuthenticated):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: %w", path, err)
+	case n > 0:
+		info(g, "%s: put %d blocks from the integrity journal in place", path, n)
+	}
+	return f.Close()
 }

@@ -23,6 +23,8 @@ func hint(err error) string {
 		return "use cryptimg encrypt INPUT OUTPUT or decrypt INPUT OUTPUT for qcow2"
 	case errors.Is(err, image.ErrCostly):
 		return "pass --allow-slow-kdf to unlock anyway"
+	case errors.Is(err, image.ErrJournalPending):
+		return "put them in place with: cryptimg repair IMAGE (as the kernel does when it opens the image)"
 	case errors.Is(err, image.ErrCorrupt):
 		return "cryptimg verify lists every failing sector; decrypt --allow-corrupt writes the others"
 	case errors.Is(err, header.ErrNotAuthenticated):
@@ -43,6 +45,7 @@ func exitCode(err error) int {
 		errors.Is(err, image.ErrVolumeKeyMismatch):
 		return exitNoKey
 	case errors.Is(err, image.ErrBusy),
+		errors.Is(err, image.ErrJournalPending),
 		errors.Is(err, image.ErrJournalMissing),
 		errors.Is(err, header.ErrMarked),
 		errors.Is(err, header.ErrLUKS2Reencrypt):
