@@ -61,6 +61,11 @@ func TestKernelIntegrityReads(t *testing.T) {
 		mustRun(t, append(args, img)...)
 		o.reads("int-reencrypted-"+c.name, img, key, fileSHA(t, plain))
 	}
+	// A detached header: the integrity device starts at 0 of the data file.
+	dhdr, ddata := filepath.Join(dir, "detached.hdr"), filepath.Join(dir, "detached.data")
+	fastEncrypt(t, key, plain, ddata, append([]string{"--header", dhdr, "--type", "luks2", "--pbkdf", "pbkdf2"}, integrityCases[1].args...)...)
+	mustRun(t, "--header", dhdr, "verify", "-d", key, ddata)
+	o.reads("int-detached", ddata, key, fileSHA(t, plain), "--header", o.disk(dhdr))
 	nj := filepath.Join(dir, "no-journal.luks")
 	integrityImage(t, key, plain, nj, append(integrityCases[2].args, "--integrity-no-journal")...)
 	m := o.mapper()

@@ -279,7 +279,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 
 // detachedCommands take --header.
 var detachedCommands = map[string]bool{
-	"encrypt": true, "decrypt": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
+	"encrypt": true, "decrypt": true, "verify": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "header-restore": true, "uuid": true, "is-luks": true, "config": true,
 	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true, "convert": true,
 }
