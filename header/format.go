@@ -182,6 +182,10 @@ func CanonicalUUID(s string) (string, error) {
 }
 
 // randomUUID returns a random version 4 UUID in lower case.
+// RandomUUID is a random version 4 UUID from rnd (nil: crypto/rand), in
+// the canonical lower-case form.
+func RandomUUID(rnd io.Reader) (string, error) { return randomUUID(randReader(rnd)) }
+
 func randomUUID(rnd io.Reader) (string, error) {
 	var u [16]byte
 	if _, err := io.ReadFull(rnd, u[:]); err != nil {

@@ -62,12 +62,20 @@ measure() {
   cat t.$$ >> "$name.times"
 }
 
-jobs=(sha256-j2 sha256-j1)
+# dd-write is a reference, not a requirement: dd copying the plaintext to a
+# new tmpfs file, the write (page allocation and copy) that decrypt and
+# encrypt do on top of the cipher and the baselines do not.
+jobs=(sha256-j2 sha256-j1 dd-write)
 for i in "${images[@]}"; do jobs+=("$i-verify" "$i-decrypt" "$i-encrypt"); done
 
+# busy: CPU seconds all processes on the machine have used so far (user,
+# nice, system, irq, softirq, steal in /proc/stat, at USER_HZ).
+busy() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {print ($2+$3+$4+$7+$8+$9)/hz; exit}' /proc/stat; }
+busy0=$(busy); t0=$(date +%s.%N)
 for r in $(seq 1 "$rounds"); do
   measure sha256-j2 ./sha256rate -j 2 plain.raw
   measure sha256-j1 ./sha256rate -j 1 plain.raw
+  measure dd-write dd if=plain.raw of=out.dd bs=1M
   for i in "${images[@]}"; do
     measure "$i-verify" ./cryptimg verify --quiet -d key "$i.luks"
     measure "$i-decrypt" ./cryptimg decrypt --quiet -d key "$i.luks" out.dec
@@ -75,6 +83,7 @@ for r in $(seq 1 "$rounds"); do
     measure "$i-encrypt" ./cryptimg encrypt --quiet -d key $L2 $(flags "$i") plain.raw out.enc
   done
 done
+busy1=$(busy); t1=$(date +%s.%N)
 rm -f out.*
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -92,6 +101,14 @@ paired() {
     awk -v k="$3" '{printf "%.4f\n", k*$2/$1}' | sort -g |
     awk '{a[NR]=$1} END {m=(NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); printf "%.2f (%.2f–%.2f)", m, a[1], a[NR]}'
 }
+# cpuratio A: the per-round ratio of sha256-j2's CPU seconds (user+sys) to
+# A's, "median (min–max)": throughput per CPU second, which does not depend
+# on how many CPUs the machine left free.
+cpuratio() {
+  paste -d' ' <(awk '{print $2+$3}' "$1.times") <(awk '{print $2+$3}' sha256-j2.times) |
+    awk '{printf "%.4f\n", $2/$1}' | sort -g |
+    awk '{a[NR]=$1} END {m=(NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); printf "%.2f (%.2f–%.2f)", m, a[1], a[NR]}'
+}
 # ofmedians A B K: K × median wall of B ÷ median wall of A.
 ofmedians() { awk -v a="$(col "$1" 1)" -v b="$(col "$2" 1)" -v k="$3" 'BEGIN{printf "%.2f", k*b/a}'; }
 # meets A: yes when the median paired ratio to sha256-j2 is at least 0.8.
@@ -101,23 +118,33 @@ meets() {
 }
 
 cpuname=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-echo "# integrity, ${size_mib} MiB random plaintext on tmpfs, median of $rounds rounds, $(nproc) CPUs ($cpuname)"
+rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && rev="$rev (with uncommitted changes)"
+echo "# integrity, ${size_mib} MiB random plaintext on tmpfs, median of $rounds rounds, $(nproc) CPUs ($cpuname), $(date -u +%F), cryptimg $rev, $(go version | cut -d' ' -f3)"
 echo
 echo "GB/s is 1e9 bytes/s of plaintext. CPU is (user+sys) ÷ wall (2.00 = both cores busy)."
 echo "÷ sha256 -j2 is the throughput ratio to SHA-256 on two goroutines (the per-core ratio):"
 echo "median (min–max) of the per-round ratios, then the ratio of the medians."
-echo "÷ 2×(-j1) is the same against twice the single-goroutine SHA-256 rate."
+echo "÷ 2×(-j1) is the same against twice the single-goroutine SHA-256 rate. CPU s ratio is"
+echo "sha256-j2's user+sys ÷ the job's, per round: work per CPU second, whatever the load."
 echo
-echo "| job | wall s | GB/s | CPU | ÷ sha256 -j2, paired | ÷ sha256 -j2, of medians | ÷ 2×(-j1), paired | ÷ 2×(-j1), of medians | ≥ 0.8 |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| job | wall s | user s | sys s | GB/s | CPU | ÷ sha256 -j2, paired | ÷ sha256 -j2, of medians | ÷ 2×(-j1), paired | ÷ 2×(-j1), of medians | CPU s ratio | ≥ 0.8 |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in "${jobs[@]}"; do
   [ -f "$n.times" ] || continue
   w=$(col "$n" 1)
-  r2='' m2='' r1='' m1='' ok=''
-  if [ -f sha256-j2.times ]; then r2=$(paired "$n" sha256-j2 1); m2=$(ofmedians "$n" sha256-j2 1); fi
+  r2='' m2='' r1='' m1='' c2='' ok=''
+  if [ -f sha256-j2.times ]; then r2=$(paired "$n" sha256-j2 1); m2=$(ofmedians "$n" sha256-j2 1); c2=$(cpuratio "$n"); fi
   if [ -f sha256-j1.times ]; then r1=$(paired "$n" sha256-j1 0.5); m1=$(ofmedians "$n" sha256-j1 0.5); fi
-  if [ -f sha256-j2.times ] && [[ $n != sha256-* ]]; then ok=$(meets "$n"); fi
-  echo "| $n | $w | $(gbs "$w") | $(cpu "$n") | $r2 | $m2 | $r1 | $m1 | $ok |"
+  if [ -f sha256-j2.times ] && [[ $n != sha256-* && $n != dd-write ]]; then ok=$(meets "$n"); fi
+  echo "| $n | $w | $(col "$n" 2) | $(col "$n" 3) | $(gbs "$w") | $(cpu "$n") | $r2 | $m2 | $r1 | $m1 | $c2 | $ok |"
 done
 echo
+# What the measured jobs used is known from their times; the rest of the
+# machine's busy CPU time during the rounds is other processes' (and this
+# script's own, which is small).
+ours=$(cat ./*.times | awk '{s += $2+$3} END {printf "%.1f", s}')
+awk -v b0="$busy0" -v b1="$busy1" -v t0="$t0" -v t1="$t1" -v o="$ours" -v n="$(nproc)" 'BEGIN{
+  printf "- during the rounds (%.0f s): the jobs used %.1f CPU s, other processes %.1f CPU s, on average %.2f of the %d CPUs\n",
+    t1-t0, o, b1-b0-o, (b1-b0-o)/(t1-t0), n}'
 echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

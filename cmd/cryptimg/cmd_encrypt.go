@@ -3,12 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
+	"github.com/cryptimg/cryptimg/header/derive"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,6 +19,7 @@ import (
 type encryptOptions struct {
 	key             keyOptions
 	volumeKeyFile   string
+	masterKeyFile   string
 	cipher          string
 	keySize         int
 	hash            string
@@ -140,6 +143,7 @@ and renamed only when complete.
 	o.key.addFlags(f)
 	o.luks2Options.addFlags(f)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
+	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the volume key from the master secret in FILE and the image's UUID (HKDF-SHA512; see README)")
 	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
 	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
@@ -254,15 +258,13 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	if e, err := image.Open(src); err == nil && !g.quiet {
-		fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", in, e.Header.Info().UUID)
-	}
-	vk, err := o.volumeKey(g, params.KeyBytes)
-	if err != nil {
+	if err := refuseLUKS(src, in, o.force, "encrypting it would encrypt it twice; pass --force to do so"); err != nil {
 		return err
 	}
-	defer clear(vk)
-	params.VolumeKey = vk
+	if err := o.newVolumeKey(g, &params); err != nil {
+		return err
+	}
+	defer clear(params.VolumeKey)
 	key, err := readKey(g, o.key, "Enter passphrase for "+out+": ", true)
 	if err != nil {
 		return err
@@ -408,4 +410,62 @@ func authCipherChoice(spec string, bits int, integrity string) (int, error) {
 		return 0, usagef("unsupported --key-size %d for %s: use %s (the MAC key is added)", bits, m.Name(), m.CipherKeyBits())
 	}
 	return bits/8 + m.MACKeyBytes, nil
+}
+
+// refuseLUKS refuses an input that already starts with a LUKS header,
+// unless forced: encrypting it again is almost always a mistake, such as a
+// pipeline step retried after it had succeeded.
+func refuseLUKS(f io.ReaderAt, name string, force bool, why string) error {
+	var magic [6]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil || !header.IsLUKSMagic(magic[:]) || force {
+		return nil
+	}
+	return usagef("%s is already a LUKS image: %s", name, why)
+}
+
+// newVolumeKey sets the volume key of a new header from --volume-key-file
+// or --master-key-file (with the UUID it is derived for); neither leaves
+// it random.
+func (o encryptOptions) newVolumeKey(g *globalOptions, p *header.Params) error {
+	if o.masterKeyFile == "" {
+		vk, err := o.volumeKey(g, p.KeyBytes)
+		p.VolumeKey = vk
+		return err
+	}
+	if o.volumeKeyFile != "" {
+		return usagef("--master-key-file and --volume-key-file exclude each other")
+	}
+	if o.masterKeyFile == "-" && o.key.keyFile == "-" {
+		return usagef("only one key can be read from stdin")
+	}
+	if p.UUID == "" {
+		u, err := header.RandomUUID(nil)
+		if err != nil {
+			return err
+		}
+		p.UUID = u
+	}
+	vk, err := deriveVolumeKey(g, o.masterKeyFile, p.UUID, p.KeyBytes)
+	p.VolumeKey = vk
+	return err
+}
+
+// deriveVolumeKey reads the master secret in file and derives the volume
+// key of keyBytes for uuid (package derive).
+func deriveVolumeKey(g *globalOptions, file, uuid string, keyBytes int) ([]byte, error) {
+	u, err := header.CanonicalUUID(uuid)
+	if err != nil {
+		return nil, err
+	}
+	mk, err := readKeyFile(g, keyOptions{keyFile: file})
+	if err != nil {
+		return nil, err
+	}
+	defer clear(mk)
+	m, err := derive.New(mk)
+	if err != nil {
+		return nil, usagef("--master-key-file: %v", err)
+	}
+	defer m.Clear()
+	return m.VolumeKey(u, keyBytes)
 }

@@ -220,6 +220,7 @@ func checkKeySources(a, b keyOptions) error {
 type addKeyOptions struct {
 	key, newKey   keyOptions
 	volumeKeyFile string
+	masterKeyFile string
 	keySlot       int
 	pbkdf         pbkdfOptions
 	priority      string
@@ -255,7 +256,7 @@ working.
 	o.key.addFlags(f)
 	addNewKeyFlags(f, &o.newKey)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "unlock with the raw volume key in FILE instead of a passphrase")
-	f.StringVar(&o.volumeKeyFile, "master-key-file", "", "alias of --volume-key-file")
+	f.StringVar(&o.masterKeyFile, "master-key-file", "", "unlock with the volume key derived from the master secret in FILE and the image's UUID (an image made with encrypt --master-key-file; not cryptsetup's old alias of --volume-key-file)")
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "put the new key into this slot (default: the first free one)")
 	f.StringVar(&o.priority, "priority", "", "LUKS2: the new slot's priority, ignore, normal or prefer (default normal)")
 	o.pbkdf.addFlags(f)
@@ -277,8 +278,8 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 	if err := checkKeySources(o.key, o.newKey); err != nil {
 		return err
 	}
-	if o.volumeKeyFile != "" && o.key.keyFile != "" {
-		return usagef("--volume-key-file and --key-file exclude each other")
+	if (o.volumeKeyFile != "" || o.masterKeyFile != "") && o.key.keyFile != "" || o.volumeKeyFile != "" && o.masterKeyFile != "" {
+		return usagef("--key-file, --volume-key-file and --master-key-file exclude each other")
 	}
 	f, e, err := openImageRW(g, path)
 	if err != nil {
@@ -286,8 +287,14 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 	}
 	defer f.Close()
 	var k *image.Key
-	if o.volumeKeyFile != "" {
-		vk, err := readKeyFile(g, keyOptions{keyFile: o.volumeKeyFile})
+	if o.volumeKeyFile != "" || o.masterKeyFile != "" {
+		var vk []byte
+		if o.masterKeyFile != "" {
+			i := e.Header.Info()
+			vk, err = deriveVolumeKey(g, o.masterKeyFile, i.UUID, i.KeyBytes)
+		} else {
+			vk, err = readKeyFile(g, keyOptions{keyFile: o.volumeKeyFile})
+		}
 		if err != nil {
 			return err
 		}

@@ -107,7 +107,7 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	if po.Header, err = o.params(); err != nil {
 		return err
 	}
-	if po.Header.VolumeKey, err = o.volumeKey(g, po.Header.KeyBytes); err != nil {
+	if err := o.newVolumeKey(g, &po.Header); err != nil {
 		return err
 	}
 	defer clear(po.Header.VolumeKey)

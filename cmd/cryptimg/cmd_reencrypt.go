@@ -277,7 +277,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	if err != nil {
 		return err
 	}
-	if params.VolumeKey, err = o.volumeKey(g, params.KeyBytes); err != nil {
+	if err := o.newVolumeKey(g, &params); err != nil {
 		return err
 	}
 	defer clear(params.VolumeKey)
@@ -306,8 +306,10 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 		if plain.Format != image.Raw {
 			return fmt.Errorf("%s: in-place encryption supports raw images only; use cryptimg encrypt INPUT OUTPUT for qcow2", path)
 		}
-		if e, err := image.Open(f); err == nil && !g.quiet {
-			fmt.Fprintf(g.stderr, "cryptimg: warning: %s is already a LUKS image (uuid %s); encrypting it again\n", path, e.Header.Info().UUID)
+		// A rerun after a completed run would encrypt the image twice
+		// (cryptsetup: "Device ... is already LUKS device").
+		if err := refuseLUKS(f, path, o.force, "it is encrypted already (use cryptimg reencrypt for a new key, or --force to encrypt it twice)"); err != nil {
+			return err
 		}
 	}
 	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", !resuming)

@@ -354,3 +354,59 @@ func TestInPlaceEncryptPendingInput(t *testing.T) {
 	noFile(t, filepath.Join(dir, "o1"))
 	noFile(t, filepath.Join(dir, "o2"))
 }
+
+// TestRerunAfterSuccess: a pipeline step retried after it had finished must
+// not convert the image a second time. encrypt --in-place of a LUKS image,
+// encrypt of a LUKS input and decrypt --in-place of a plaintext are refused
+// and change nothing; --force still encrypts a LUKS input on purpose.
+func TestRerunAfterSuccess(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "rerun passphrase")
+	plain := randomFile(t, dir, "plain.raw", 3<<20)
+	for _, typ := range []string{"luks1", "luks2"} {
+		t.Run(typ, func(t *testing.T) {
+			img := filepath.Join(dir, typ+".img")
+			copyImage(t, plain, img)
+			args := []string{"encrypt", "--in-place", "-d", key, "--type", typ, "--pbkdf-force-iterations", "1000"}
+			if typ == "luks2" {
+				args = append(args, "--pbkdf", "pbkdf2")
+			}
+			mustRun(t, append(args, img)...)
+			before := fileSHA(t, img)
+			r := cryptimg(t, "", append(args, img)...)
+			if r.code != 1 || !strings.Contains(r.stderr, "already a LUKS image") || fileSHA(t, img) != before {
+				t.Fatalf("encrypt --in-place again: exit %d, image changed %v\n%s", r.code, fileSHA(t, img) != before, r.stderr)
+			}
+			if _, err := os.Stat(img + image.JournalSuffix); err == nil {
+				t.Fatal("the refused rerun left a journal")
+			}
+
+			out := filepath.Join(dir, typ+".twice")
+			r = cryptimg(t, "", "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", img, out)
+			if r.code != 1 || !strings.Contains(r.stderr, "--force") {
+				t.Fatalf("encrypt of a LUKS input: exit %d\n%s", r.code, r.stderr)
+			}
+			noFile(t, out)
+			mustRun(t, "encrypt", "--force", "-d", key, "--pbkdf-force-iterations", "1000", img, out)
+
+			mustRun(t, "decrypt", "--in-place", "-d", key, img)
+			sameContent(t, plain, img)
+			r = cryptimg(t, "", "decrypt", "--in-place", "-d", key, img)
+			if r.code == 0 || fileSHA(t, img) != fileSHA(t, plain) {
+				t.Fatalf("decrypt --in-place again: exit %d\n%s", r.code, r.stderr)
+			}
+		})
+	}
+	// With a detached header the data carries no magic: the header file
+	// tells that the run is done.
+	img := filepath.Join(dir, "detached.img")
+	hdr := filepath.Join(dir, "detached.hdr")
+	copyImage(t, plain, img)
+	args := []string{"encrypt", "--in-place", "--header", hdr, "-d", key, "--pbkdf-force-iterations", "1000", img}
+	mustRun(t, args...)
+	before := fileSHA(t, img)
+	r := cryptimg(t, "", args...)
+	if r.code == 0 || fileSHA(t, img) != before {
+		t.Fatalf("encrypt --in-place --header again: exit %d, image changed %v\n%s", r.code, fileSHA(t, img) != before, r.stderr)
+	}
+}
