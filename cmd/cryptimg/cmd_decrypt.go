@@ -68,6 +68,12 @@ clusters in qcow2 output).
 }
 
 func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
+	if in == stdio || out == stdio {
+		if o.allowCorrupt {
+			return usagef("--allow-corrupt is for images with integrity protection, which need a seekable file")
+		}
+		return runDecryptStream(cmd, g, o, in, out)
+	}
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}

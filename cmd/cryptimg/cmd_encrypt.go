@@ -235,6 +235,9 @@ func (o encryptOptions) params() (header.Params, error) {
 }
 
 func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out string) error {
+	if in == stdio || out == stdio {
+		return runEncryptStream(cmd, g, o, in, out)
+	}
 	params, err := o.params()
 	if err != nil {
 		return err

@@ -396,7 +396,7 @@ func TestIntegrityLsCat(t *testing.T) {
 	}
 	pb, _ := os.ReadFile(plain)
 	at := bytes.Index(pb, []byte(want))
-	if at < 0 || bytes.Index(pb[at+1:], []byte(want)) >= 0 {
+	if at < 0 || bytes.Contains(pb[at+1:], []byte(want)) {
 		t.Fatal("the file's bytes are not in the plaintext exactly once")
 	}
 	g := geometryOf(t, img)

@@ -13,3 +13,6 @@ func tryLock(f *os.File) error {
 	var ol windows.Overlapped
 	return windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, &ol)
 }
+
+// ignoreSIGPIPE: Windows has no SIGPIPE; a closed pipe is an error already.
+func ignoreSIGPIPE() {}

@@ -169,6 +169,7 @@ func run(args []string) int {
 		stdinFile: os.Stdin, stderrFile: os.Stderr,
 		cleanup: &cleanupList{},
 	}
+	ignoreSIGPIPE()
 	ctx, stop := signalContext(g)
 	defer stop()
 	return execute(ctx, g, args)

@@ -104,7 +104,10 @@ func (s *progressStats) rate(t time.Time) float64 {
 
 // fraction returns the fraction done, 0 to 1.
 func (s *progressStats) fraction() float64 {
-	if s.total <= 0 {
+	if s.total < 0 {
+		return 0 // a stream: the total is not known
+	}
+	if s.total == 0 {
 		return 1
 	}
 	return min(float64(s.done)/float64(s.total), 1)
@@ -200,6 +203,10 @@ func (r *progressPlainReporter) write(t time.Time) {
 	if rate > 0 {
 		remaining := float64(max(r.total-r.done, 0)) / rate
 		eta = time.Duration(remaining * float64(time.Second)).Round(time.Second).String()
+	}
+	if r.total < 0 {
+		fmt.Fprintf(r.w, "cryptimg: %s: %s, %s/s\n", r.op, progressBytes(float64(r.done)), progressBytes(rate))
+		return
 	}
 	fmt.Fprintf(r.w, "cryptimg: %s: %s / %s (%d%%), %s/s, eta %s\n", r.op,
 		progressBytes(float64(r.done)), progressBytes(float64(r.total)), int(r.fraction()*100),

@@ -1,0 +1,240 @@
+package main
+
+// "-" as the INPUT or OUTPUT of encrypt and decrypt: stdin and stdout,
+// for raw images. The key derivation runs before any data is read, the
+// progress goes to stderr, and nothing is ever written to a file named
+// "-".
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/spf13/cobra"
+)
+
+const stdio = "-"
+
+// streamOut is where a streamed result goes: stdout, or a file written
+// through a temporary file as always. commit makes it final.
+func streamOut(g *globalOptions, out string, force bool) (w io.Writer, commit func() error, done func(), err error) {
+	if out == stdio {
+		return g.stdout, func() error { return nil }, func() {}, nil
+	}
+	dst, done, err := createOutput(g, out, force)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	bw := bufio.NewWriterSize(dst.File, 1<<20)
+	return bw, func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return dst.Commit()
+	}, done, nil
+}
+
+// checkStream refuses what a stream cannot carry, before anything is
+// read.
+func checkStream(in, out string, asJSON bool, format string) error {
+	if out == stdio && asJSON {
+		return usagef("--json would share stdout with the image; use it with an OUTPUT file")
+	}
+	if format == string(image.Qcow2) {
+		return usagef("qcow2 %v; streams carry raw images only", image.ErrNotStreamable)
+	}
+	if in == stdio && out == stdio {
+		return nil
+	}
+	if in != stdio && out != stdio && in == out {
+		return usagef("%s: %v", out, image.ErrSameFile)
+	}
+	return nil
+}
+
+func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out string) error {
+	if err := checkStream(in, out, o.json, o.outputFormat); err != nil {
+		return err
+	}
+	params, err := o.params()
+	if err != nil {
+		return err
+	}
+	if params.Integrity != "" {
+		return usagef("--integrity %v: its layout depends on the size of the input", image.ErrNotStreamable)
+	}
+	if g.header != "" {
+		return usagef("--header and streams: give the data as a file")
+	}
+	if params.Version == 2 && params.SectorSize == 0 {
+		// The size of a stream is not known: 512-byte sectors fit any.
+		params.SectorSize = image.SectorSize
+	}
+	if out != stdio {
+		if err := checkOutputPath(in, out, o.force); err != nil {
+			return err
+		}
+	}
+	var src io.Reader
+	if in == stdio {
+		if o.key.keyFile == stdio || o.volumeKeyFile == stdio || o.masterKeyFile == stdio {
+			return usagef("stdin carries the image; read the keys from files")
+		}
+		src = g.stdin
+	} else {
+		f, err := openInput(in)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := checkNotPending(f, in); err != nil {
+			return err
+		}
+		if qcow2.IsQcow2(f) {
+			return usagef("%s is qcow2, which needs a seekable output: give OUTPUT as a file", in)
+		}
+		src = f
+	}
+	if err := o.newVolumeKey(g, &params); err != nil {
+		return err
+	}
+	defer clear(params.VolumeKey)
+	key, err := readKey(g, o.key, "Enter passphrase for "+out+": ", true)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	// The key derivation, before any data is read.
+	fh, err := image.FormatHeader(key, params)
+	if err != nil {
+		return err
+	}
+	defer fh.Clear()
+	br := bufio.NewReaderSize(src, 1<<20)
+	if head, _ := br.Peek(8); !o.force && header.IsLUKSMagic(head) {
+		return usagef("%s is already a LUKS image: encrypting it would encrypt it twice; pass --force to do so", in)
+	}
+	w, commit, done, err := streamOut(g, out, o.force)
+	if err != nil {
+		return err
+	}
+	defer done()
+	prog := g.newProgress("encrypt")
+	start := time.Now()
+	n, err := image.EncryptStream(cmd.Context(), w, br, fh, g.pipeline(prog))
+	prog.finish(err == nil)
+	if err != nil {
+		return streamErr(err, in, out)
+	}
+	if err := commit(); err != nil {
+		return streamErr(err, in, out)
+	}
+	return g.report(o.json, summary{Op: "encrypt", Input: in, Output: out, Format: string(image.Raw),
+		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(fh.Header, 0)})
+}
+
+func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
+	if err := checkStream(in, out, o.json, o.outputFormat); err != nil {
+		return err
+	}
+	if err := checkKeySlot(o.keySlot); err != nil {
+		return err
+	}
+	if g.header != "" {
+		return usagef("--header and streams: give the data as a file")
+	}
+	if out != stdio {
+		if err := checkOutputPath(in, out, o.force); err != nil {
+			return err
+		}
+	}
+	if in != stdio {
+		// A file to stdout: the usual reader, then the plaintext streamed.
+		f, err := openInput(in)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := checkNotPending(f, in); err != nil {
+			return err
+		}
+		return decryptFileToStream(cmd, g, o, f, in, out)
+	}
+	if o.key.keyFile == stdio {
+		return usagef("stdin carries the image; read the key from a file")
+	}
+	e, payload, err := image.OpenStream(g.stdin)
+	if err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	return decryptStreamed(cmd, g, o, e, payload, in, out)
+}
+
+// decryptStreamed unlocks e and writes the plaintext of payload to out.
+func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *image.Encrypted, payload io.Reader, in, out string) error {
+	k, err := unlockImage(g, e, o.key, streamName(in), passPrompt(streamName(in)), o.keySlot)
+	if err != nil {
+		return err
+	}
+	defer k.Clear()
+	w, commit, done, err := streamOut(g, out, o.force)
+	if err != nil {
+		return err
+	}
+	defer done()
+	prog := g.newProgress("decrypt")
+	start := time.Now()
+	n, err := e.DecryptStream(cmd.Context(), w, payload, k, g.pipeline(prog))
+	prog.finish(err == nil)
+	if err != nil {
+		return streamErr(err, in, out)
+	}
+	if err := commit(); err != nil {
+		return streamErr(err, in, out)
+	}
+	return g.report(o.json, summary{Op: "decrypt", Input: in, Output: out, Format: string(image.Raw),
+		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(e.Header, k.Slot)})
+}
+
+// decryptFileToStream decrypts a raw LUKS image file to stdout: the file
+// is read as a stream.
+func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, f *os.File, in, out string) error {
+	if qcow2.IsQcow2(f) {
+		return usagef("%s is qcow2: decrypt it to an OUTPUT file", in)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	e, payload, err := image.OpenStream(io.NewSectionReader(f, 0, st.Size()))
+	if errors.Is(err, image.ErrNotStreamable) {
+		return fmt.Errorf("%s: %w: decrypt it to an OUTPUT file", in, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	return decryptStreamed(cmd, g, o, e, payload, in, out)
+}
+
+// streamErr says which end of a stream failed: a closed pipe on stdout
+// ("broken pipe") is the reader's doing.
+func streamErr(err error, in, out string) error {
+	if errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("writing to %s: the reading end of the pipe was closed (%w)", streamName(out), err)
+	}
+	return fmt.Errorf("%s to %s: %w", streamName(in), streamName(out), err)
+}
+
+func streamName(s string) string {
+	if s == stdio {
+		return "stdio"
+	}
+	return s
+}

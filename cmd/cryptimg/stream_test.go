@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStreams: "-" is stdin or stdout for encrypt and decrypt of raw
+// images: what goes through a pipe is what the file commands make and
+// read, LUKS1 and LUKS2, and nothing named "-" is ever created.
+func TestStreams(t *testing.T) {
+	cs := requireTool(t, "cryptsetup")
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "stream passphrase")
+	plain := randomFile(t, dir, "plain.raw", 3<<20+512)
+	pb, _ := os.ReadFile(plain)
+	for _, typ := range [][]string{{"--type", "luks1"}, {"--type", "luks2", "--pbkdf", "pbkdf2"}} {
+		t.Run(typ[1], func(t *testing.T) {
+			enc := filepath.Join(dir, typ[1]+".luks")
+			args := append([]string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000"}, typ...)
+			r := cryptimg(t, string(pb), append(args, "-", enc)...)
+			if r.code != 0 {
+				t.Fatalf("encrypt - FILE: exit %d\n%s", r.code, r.stderr)
+			}
+			sh(t, cs, "open", "--test-passphrase", "--key-file", key, enc)
+			out := filepath.Join(dir, typ[1]+".out")
+			mustRun(t, "decrypt", "-d", key, enc, out)
+			sameContent(t, plain, out)
+			// File to stdout, stdin to file, stdin to stdout.
+			if r := mustRun(t, "decrypt", "-d", key, enc, "-"); r.stdout != string(pb) {
+				t.Fatal("decrypt FILE - differs")
+			}
+			eb, _ := os.ReadFile(enc)
+			out2 := filepath.Join(dir, typ[1]+".out2")
+			if r := cryptimg(t, string(eb), "decrypt", "-d", key, "-", out2); r.code != 0 {
+				t.Fatalf("decrypt - FILE: exit %d\n%s", r.code, r.stderr)
+			}
+			sameContent(t, plain, out2)
+			r = cryptimg(t, string(pb), append(args, "-", "-")...)
+			if r.code != 0 || len(r.stdout) != len(eb) {
+				t.Fatalf("encrypt - -: exit %d, %d bytes (a file is %d)\n%s", r.code, len(r.stdout), len(eb), r.stderr)
+			}
+			if r2 := cryptimg(t, r.stdout, "decrypt", "-d", key, "-", "-"); r2.code != 0 || r2.stdout != string(pb) {
+				t.Fatalf("decrypt - - of encrypt - -: exit %d\n%s", r2.code, r2.stderr)
+			}
+		})
+	}
+	// LUKS2 from a stream of unknown size uses 512-byte sectors.
+	if d := sh(t, cs, "luksDump", filepath.Join(dir, "luks2.luks")); !strings.Contains(d, "sector: 512 [bytes]") {
+		t.Fatalf("streamed LUKS2 sector size:\n%s", d)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		t.Fatal(`a file named "-" was created`)
+	}
+}
+
+// TestStreamRefusals: what a stream cannot carry is refused with one line
+// and no output file; a stream ending inside a sector fails and leaves no
+// output.
+func TestStreamRefusals(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "stream passphrase")
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	pb, _ := os.ReadFile(plain)
+	qcow := filepath.Join(dir, "plain.qcow2")
+	mustRun(t, "decrypt", "-d", key, func() string {
+		enc := filepath.Join(dir, "q.qcow2")
+		fastEncrypt(t, key, plain, enc, "-O", "qcow2")
+		return enc
+	}(), qcow)
+	qb, _ := os.ReadFile(qcow)
+	out := filepath.Join(dir, "out")
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		msg         string
+	}{
+		{"qcow2-stdin", string(qb), []string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "-", out}, "qcow2"},
+		{"qcow2-output", string(pb), []string{"encrypt", "-d", key, "-O", "qcow2", "-", out}, "qcow2"},
+		{"integrity", string(pb), []string{"encrypt", "-d", key, "--type", "luks2", "--integrity", "hmac-sha256", "-", out}, "seekable"},
+		{"json-stdout", string(pb), []string{"encrypt", "-d", key, "--json", "-", "-"}, "--json"},
+		{"key-on-stdin", string(pb), []string{"encrypt", "-d", "-", "-", out}, "stdin carries the image"},
+		{"partial-sector", string(pb) + "x", []string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "-", out}, "sector"},
+		{"not-luks", string(pb), []string{"decrypt", "-d", key, "-", out}, "LUKS"},
+		{"truncated-header", string(pb[:100]), []string{"decrypt", "-d", key, "-", out}, "LUKS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := cryptimg(t, c.stdin, c.args...)
+			if r.code == 0 || !strings.Contains(r.stderr, c.msg) || strings.Count(r.stderr, "\n") > 2 {
+				t.Fatalf("exit %d, want a failure naming %q:\n%s", r.code, c.msg, r.stderr)
+			}
+			noFile(t, out)
+		})
+	}
+}
+
+// TestStreamBrokenPipe: the reader of stdout going away ends decrypt with
+// a non-zero exit and a message saying so, not a silent signal death.
+func TestStreamBrokenPipe(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "stream passphrase")
+	plain := randomFile(t, dir, "plain.raw", 16<<20)
+	enc := filepath.Join(dir, "img.luks")
+	fastEncrypt(t, key, plain, enc)
+	cmd := exec.Command(bin, "decrypt", "-d", key, enc, "-")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1000)
+	if _, err := stdout.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Close()
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || !ee.Exited() || ee.ExitCode() == 0 || !strings.Contains(stderr.String(), "pipe") {
+		t.Fatalf("decrypt into a closed pipe: %v (exited normally: %v)\n%s", err, ok && ee.Exited(), stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Fatal(`a file named "-" was created`)
+	}
+}
