@@ -141,6 +141,16 @@ and renamed only when complete.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.addHeaderFlags(f)
+	f.BoolVar(&o.inPlace, "in-place", false, "encrypt the raw image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
+	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
+	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
+	return withPartitionEncrypt(cmd, g, &o)
+}
+
+// addHeaderFlags adds the flags of a new header and output: the LUKS2,
+// key, cipher and KDF flags, --force, --json and the output format.
+func (o *encryptOptions) addHeaderFlags(f *pflag.FlagSet) {
 	o.luks2Options.addFlags(f)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
 	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the volume key from the master secret in FILE and the image's UUID (HKDF-SHA512; see README)")
@@ -155,10 +165,6 @@ and renamed only when complete.
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
 	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
-	f.BoolVar(&o.inPlace, "in-place", false, "encrypt the raw image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
-	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
-	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
-	return withPartitionEncrypt(cmd, g, &o)
 }
 
 var supportedHashes = []string{"sha1", "sha256", "sha512"}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -9,7 +10,8 @@ import (
 )
 
 func newHeaderBackupCommand(g *globalOptions) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "header-backup IMAGE FILE",
 		Short: "Save the LUKS header and key slots to a file",
 		Long: `Save the LUKS header and key slot area of IMAGE to FILE, in the format of
@@ -36,10 +38,23 @@ file renamed when complete, and an existing FILE is refused.
 			if err := e.HeaderBackup(out); err != nil {
 				return err
 			}
+			if asJSON {
+				return json.NewEncoder(g.stdout).Encode(headerBackupJSON{"header-backup", path, out, e.Header.BackupSize()})
+			}
 			info(g, "header of %s saved to %s (%d bytes)", path, out, e.Header.BackupSize())
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the backup's file and size as JSON on stdout")
+	return cmd
+}
+
+// headerBackupJSON is the output of header-backup --json.
+type headerBackupJSON struct {
+	MessageType string `json:"message_type"`
+	Image       string `json:"image"`
+	File        string `json:"file"`
+	Bytes       int64  `json:"bytes"`
 }
 
 type headerRestoreOptions struct {
@@ -113,6 +128,14 @@ func runHeaderRestore(g *globalOptions, o headerRestoreOptions, path, backup str
 
 type uuidOptions struct {
 	uuid string
+	json bool
+}
+
+// uuidJSON is the output of uuid --json: the UUID read, or the one set.
+type uuidJSON struct {
+	MessageType string `json:"message_type"`
+	Image       string `json:"image"`
+	UUID        string `json:"uuid"`
 }
 
 func newUUIDCommand(g *globalOptions) *cobra.Command {
@@ -134,6 +157,7 @@ no key).
 		},
 	}
 	cmd.Flags().StringVar(&o.uuid, "uuid", "", "set this UUID")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the UUID (with --uuid, the one set) as JSON on stdout")
 	return cmd
 }
 
@@ -144,6 +168,9 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 			return err
 		}
 		defer f.Close()
+		if o.json {
+			return json.NewEncoder(g.stdout).Encode(uuidJSON{"uuid", path, e.Header.Info().UUID})
+		}
 		fmt.Fprintln(g.stdout, e.Header.Info().UUID)
 		return nil
 	}
@@ -159,6 +186,9 @@ func runUUID(g *globalOptions, o uuidOptions, path string) error {
 	}
 	if err := e.SetUUID(o.uuid); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if o.json {
+		return json.NewEncoder(g.stdout).Encode(uuidJSON{"uuid", path, e.Header.Info().UUID})
 	}
 	return nil
 }

@@ -224,6 +224,7 @@ type addKeyOptions struct {
 	keySlot       int
 	pbkdf         pbkdfOptions
 	priority      string
+	json          bool
 }
 
 func newAddKeyCommand(g *globalOptions) *cobra.Command {
@@ -259,6 +260,7 @@ working.
 	f.StringVar(&o.masterKeyFile, "master-key-file", "", "unlock with the volume key derived from the master secret in FILE and the image's UUID (an image made with encrypt --master-key-file; not cryptsetup's old alias of --volume-key-file)")
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "put the new key into this slot (default: the first free one)")
 	f.StringVar(&o.priority, "priority", "", "LUKS2: the new slot's priority, ignore, normal or prefer (default normal)")
+	f.BoolVar(&o.json, "json", false, "print the new key slot as JSON on stdout")
 	o.pbkdf.addFlags(f)
 	return cmd
 }
@@ -330,13 +332,13 @@ func runAddKey(g *globalOptions, o addKeyOptions, path string) error {
 			return fmt.Errorf("%s: key slot %d created, but setting its priority failed: %w", path, slot, err)
 		}
 	}
-	info(g, "key slot %d created", slot)
-	return nil
+	return reportSlot(g, o.json, slotJSON{MessageType: "add-key", Image: path, KeySlot: slot}, "key slot %d created", slot)
 }
 
 type removeOptions struct {
 	key       keyOptions
 	allowLast bool
+	json      bool
 }
 
 const allowLastHelp = "allow removing the last active key slot, which makes the image permanently undecryptable"
@@ -362,6 +364,7 @@ last active key slot also needs --allow-last-slot.
 	}
 	o.key.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.allowLast, "allow-last-slot", false, allowLastHelp)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the removed key slot as JSON on stdout")
 	return cmd
 }
 
@@ -383,11 +386,13 @@ func runRemoveKey(g *globalOptions, o removeOptions, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return killSlot(g, e, path, slot, o.allowLast)
+	return killSlot(g, e, path, slot, o, "remove-key")
 }
 
-// killSlot checks the last-slot rule, confirms and removes the slot.
-func killSlot(g *globalOptions, e *image.Encrypted, path string, slot int, allowLast bool) error {
+// killSlot checks the last-slot rule, confirms, removes the slot and
+// reports it as command op.
+func killSlot(g *globalOptions, e *image.Encrypted, path string, slot int, o removeOptions, op string) error {
+	allowLast := o.allowLast
 	warning := fmt.Sprintf("This removes key slot %d of %s.", slot, path)
 	if e.Header.ActiveSlots() == 1 {
 		if !allowLast {
@@ -401,8 +406,7 @@ func killSlot(g *globalOptions, e *image.Encrypted, path string, slot int, allow
 	if err := e.KillSlot(slot, image.RemoveOptions{AllowLast: allowLast}); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	info(g, "key slot %d removed", slot)
-	return nil
+	return reportSlot(g, o.json, slotJSON{MessageType: op, Image: path, KeySlot: slot}, "key slot %d removed", slot)
 }
 
 func newKillSlotCommand(g *globalOptions) *cobra.Command {
@@ -429,6 +433,7 @@ last active key slot also needs --allow-last-slot.
 	}
 	o.key.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.allowLast, "allow-last-slot", false, allowLastHelp)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the removed key slot as JSON on stdout")
 	return cmd
 }
 
@@ -463,7 +468,7 @@ func runKillSlot(g *globalOptions, o removeOptions, path, slotArg string) error 
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return killSlot(g, e, path, slot, o.allowLast)
+	return killSlot(g, e, path, slot, o, "kill-slot")
 }
 
 // checkRemaining checks that key opens an active slot other than slot, or
@@ -492,6 +497,7 @@ type changeKeyOptions struct {
 	key, newKey keyOptions
 	keySlot     int
 	pbkdf       pbkdfOptions
+	json        bool
 }
 
 func newChangeKeyCommand(g *globalOptions) *cobra.Command {
@@ -524,6 +530,7 @@ for confirmation on a terminal, and is refused on a non-terminal unless
 	o.key.addFlags(f)
 	addNewKeyFlags(f, &o.newKey)
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try the old key only against this slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	f.BoolVar(&o.json, "json", false, "print the old and the new key slot as JSON on stdout")
 	o.pbkdf.addFlags(f)
 	return cmd
 }
@@ -569,17 +576,18 @@ func runChangeKey(g *globalOptions, o changeKeyOptions, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if to == k.Slot {
-		info(g, "key slot %d changed", to)
-	} else {
-		info(g, "key slot %d changed: the new key is in key slot %d", k.Slot, to)
+	from := k.Slot
+	s := slotJSON{MessageType: "change-key", Image: path, KeySlot: to, OldKeySlot: &from}
+	if to == from {
+		return reportSlot(g, o.json, s, "key slot %d changed", to)
 	}
-	return nil
+	return reportSlot(g, o.json, s, "key slot %d changed: the new key is in key slot %d", from, to)
 }
 
 type testKeyOptions struct {
 	key     keyOptions
 	keySlot int
+	json    bool
 }
 
 func newTestKeyCommand(g *globalOptions) *cobra.Command {
@@ -599,6 +607,7 @@ matches, 2 if it does not, 1 if no active slot could be tried.
 	}
 	o.key.addFlags(cmd.Flags())
 	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the key slot the key opens as JSON on stdout")
 	return cmd
 }
 
@@ -620,6 +629,5 @@ func runTestKey(g *globalOptions, o testKeyOptions, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	info(g, "key slot %d unlocked", slot)
-	return nil
+	return reportSlot(g, o.json, slotJSON{MessageType: "test-key", Image: path, KeySlot: slot}, "key slot %d unlocked", slot)
 }

@@ -154,7 +154,14 @@ type the passphrase at the terminal prompt.
 		newCatCommand(g),
 		newOpenCommand(g),
 		newCloseCommand(g),
+		newCloneCommand(g),
+		newCreateCommand(g),
+		newEraseCommand(g),
+		newCompletionCommand(g),
+		newManCommand(g),
 	)
+	// newCompletionCommand replaces cobra's default completion command.
+	root.CompletionOptions.DisableDefaultCmd = true
 	return root
 }
 
@@ -283,4 +290,5 @@ var detachedCommands = map[string]bool{
 	"encrypt": true, "decrypt": true, "verify": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "header-restore": true, "uuid": true, "is-luks": true, "config": true,
 	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true, "convert": true,
+	"create": true, "erase": true,
 }

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/header/cipher"
+	"github.com/cryptimg/cryptimg/image"
+	"github.com/spf13/cobra"
+)
+
+type createOptions struct {
+	encryptOptions
+	size string
+}
+
+// createSummary is create's --json summary: encrypt's, with the virtual
+// size in place of the input.
+type createSummary struct {
+	MessageType string  `json:"message_type"`
+	Op          string  `json:"op"`
+	Output      string  `json:"output"`
+	Header      string  `json:"header,omitempty"`
+	Format      string  `json:"format"`
+	Size        int64   `json:"size"`
+	Seconds     float64 `json:"seconds"`
+	volumeJSON
+}
+
+func newCreateCommand(g *globalOptions) *cobra.Command {
+	var o createOptions
+	cmd := &cobra.Command{
+		Use:   "create [flags] --size N OUTPUT",
+		Short: "Make a new, empty LUKS1, LUKS2 or qcow2+LUKS image of a given size",
+		Long: `Make a new encrypted image of virtual size N with the key in key slot 0,
+reading no input. N takes the suffixes K, M, G and T (powers of 1024, as
+qemu-img); it must be a whole number of 512-byte sectors (of the sector size
+for LUKS2, of 4096 bytes with --integrity).
+
+A raw OUTPUT is what "cryptsetup luksFormat" makes of a file of the payload
+offset plus N bytes: the header and key slots, then N bytes of payload left
+as a hole. Like luksFormat, create does not write the payload, so until
+something writes it, it decrypts to garbage, not to zeros.
+
+A qcow2 OUTPUT (-O qcow2, LUKS1) has no data cluster allocated: qemu and
+cryptimg read it as zeros.
+
+With --type luks2 --integrity every sector's tag has to be written (a
+sector never written fails its check in the kernel), so create seals zeros
+over the whole size; this takes as long as encrypting N bytes, and the
+image reads as zeros.
+
+The key and cipher flags are encrypt's. OUTPUT is written to a temporary
+file beside it and renamed only when complete; an existing OUTPUT is
+refused without --force.
+` + exitStatusHelp,
+		Example: `  cryptimg create -d key.bin --size 10G disk.luks
+  cryptimg create -d key.bin --size 20G -O qcow2 vm.qcow2
+  cryptimg create -d key.bin --type luks2 --integrity hmac-sha256 --size 1G disk.luks`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.cipherSet = cmd.Flags().Changed("cipher")
+			if !cmd.Flags().Changed("size") {
+				return usagef("create needs --size N")
+			}
+			return runCreate(cmd, g, o, args[0])
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.size, "size", "", "virtual size of the new image in bytes, or with a suffix K, M, G or T (powers of 1024)")
+	o.key.addFlags(f)
+	o.luks2Options.addFlags(f)
+	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
+	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the volume key from the master secret in FILE and the image's UUID (HKDF-SHA512; see README)")
+	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
+	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
+	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
+	f.IntVarP(&o.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the key slot, in milliseconds")
+	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, "use exactly this many PBKDF2 iterations (at least 1000) instead of benchmarking")
+	f.StringVar(&o.uuid, "uuid", "", "UUID for the new header (default: random)")
+	f.Uint32Var(&o.alignPayload, "align-payload", 0, "align the payload to this many 512-byte sectors (default 2048, 1 MiB)")
+	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
+	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw (default) or qcow2")
+	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
+	return cmd
+}
+
+// parseSize reads a size in bytes with an optional suffix K, M, G or T
+// (either case), each a power of 1024 as in qemu-img.
+func parseSize(s string) (int64, error) {
+	num, shift := s, 0
+	if n := len(s); n > 0 {
+		if i := strings.Index("KMGT", strings.ToUpper(s[n-1:])); i >= 0 {
+			num, shift = s[:n-1], 10*(i+1)
+		}
+	}
+	if num == "" || strings.TrimLeft(num, "0123456789") != "" {
+		return 0, fmt.Errorf("invalid size %q: want a number of bytes, optionally with a suffix K, M, G or T", s)
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return v << shift, nil
+}
+
+// checkSize refuses a size create cannot make, before any secret is read.
+func checkSize(arg string, p header.Params) (int64, error) {
+	size, err := parseSize(arg)
+	if err != nil {
+		return 0, usagef("--size: %v", err)
+	}
+	switch {
+	case size <= 0:
+		return 0, usagef("--size must be positive, not %d", size)
+	case size%image.SectorSize != 0:
+		return 0, usagef("--size must be a multiple of 512 bytes, not %d", size)
+	case p.Version == 2 && p.SectorSize > 0 && size%int64(p.SectorSize) != 0:
+		return 0, usagef("--size %d is not a multiple of the --sector-size %d", size, p.SectorSize)
+	case p.Integrity != "" && size%4096 != 0:
+		return 0, usagef("--size %d: an image with --integrity holds whole 4096-byte blocks", size)
+	}
+	return size, nil
+}
+
+// refuseExisting refuses an existing path without --force, before any
+// secret is asked for.
+func refuseExisting(path string, force bool) error {
+	if force {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return usagef("%s: %w", path, image.ErrExists) // hint adds the flag
+	}
+	return nil
+}
+
+func runCreate(cmd *cobra.Command, g *globalOptions, o createOptions, out string) error {
+	params, err := o.params()
+	if err != nil {
+		return err
+	}
+	size, err := checkSize(o.size, params)
+	if err != nil {
+		return err
+	}
+	format, err := parseFormat(o.outputFormat)
+	if err != nil {
+		return err
+	}
+	format = formatOr(format, image.Raw)
+	if format == image.Qcow2 {
+		if params.Version == 2 {
+			return usagef("-O qcow2: %v; use --type luks1", image.ErrLUKS2Qcow2)
+		}
+		if g.header != "" {
+			return usagef("--header makes a raw output only")
+		}
+	}
+	if err := refuseExisting(out, o.force); err != nil {
+		return err
+	}
+	if g.header != "" {
+		if image.SameFile(out, g.header) || out == g.header {
+			return usagef("--header %s: %v", g.header, image.ErrSameFile)
+		}
+		if err := refuseExisting(g.header, o.force); err != nil {
+			return err
+		}
+	}
+	if err := o.newVolumeKey(g, &params); err != nil {
+		return err
+	}
+	defer clear(params.VolumeKey)
+	key, err := readKey(g, o.key, "Enter passphrase for "+out+": ", true)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+
+	dst, done, err := createOutput(g, out, o.force)
+	if err != nil {
+		return err
+	}
+	defer done()
+	eo := image.EncryptOptions{Header: params, Passphrase: key, Format: format, ClusterSize: o.clusterSize}
+	var hdr *image.Output
+	if g.header != "" {
+		hd, hdone, err := createOutput(g, g.header, o.force)
+		if err != nil {
+			return err
+		}
+		defer hdone()
+		hdr, eo.HeaderFile = hd, hd.File
+	}
+	prog := g.newProgress("create")
+	eo.Pipeline = g.pipeline(prog)
+	start := time.Now()
+	h, err := image.Create(cmd.Context(), dst.File, size, eo)
+	prog.finish(err == nil)
+	if err != nil {
+		return err
+	}
+	// The data first, as encrypt does: neither file appears until both
+	// are complete.
+	if err := dst.Commit(); err != nil {
+		return err
+	}
+	if hdr != nil {
+		if err := hdr.Commit(); err != nil {
+			return err
+		}
+	}
+	s := createSummary{MessageType: "summary", Op: "create", Output: out, Header: g.header, Format: string(format),
+		Size: size, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(h, 0)}
+	if o.json {
+		return json.NewEncoder(g.stdout).Encode(s)
+	}
+	info(g, "created %s (%s, %s, %s, %d-bit key, key slot 0) in %.2fs",
+		out, humanBytes(size), format, s.Cipher, s.KeyBits, s.Seconds)
+	return nil
+}

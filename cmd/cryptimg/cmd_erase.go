@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newEraseCommand(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "erase [flags] IMAGE",
+		Short: "Destroy every key slot, making the data unrecoverable without a header backup",
+		Long: `Destroy every key slot of a LUKS1, LUKS2 or qcow2+LUKS image, as "cryptsetup
+luksErase" does. No key is needed. Each active slot is disabled in the
+header (LUKS2: removed from both metadata copies, and from the tokens that
+name it), then its key material is overwritten with random bytes; a LUKS1
+image's disabled slots are overwritten too. The data stays where it is,
+but without a header backup (header-backup) or the volume key nothing can
+decrypt it any more.
+
+A crash at any moment leaves each slot either working or disabled, never
+half written. With --header only the header file changes.
+
+It asks for YES on a terminal unless --batch-mode is given, and is refused
+on a non-terminal without --batch-mode.
+` + exitStatusHelp,
+		Example: `  cryptimg erase disk.luks
+  cryptimg erase -q --header disk.hdr disk.img`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runErase(g, args[0])
+		},
+	}
+	return cmd
+}
+
+func runErase(g *globalOptions, path string) error {
+	if err := mustConfirm(g, "erase"); err != nil {
+		return err
+	}
+	f, e, err := openImageRW(g, path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	active := e.Header.ActiveSlots()
+	warning := fmt.Sprintf("This destroys all key slots of %s (%d active).\nWithout a header backup its data becomes permanently unrecoverable.", f.Name(), active)
+	if err := confirm(g, warning); err != nil {
+		return err
+	}
+	if err := e.Erase(nil); err != nil {
+		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	info(g, "%s: all key slots erased (%d were active)", f.Name(), active)
+	return nil
+}
