@@ -47,7 +47,7 @@ func checkOutputPath(in, out string, force bool) error {
 	}
 	if !force {
 		if _, err := os.Lstat(out); err == nil {
-			return usagef("%s: %w (use --force to overwrite)", out, image.ErrExists)
+			return usagef("%s: %w", out, image.ErrExists)
 		}
 	}
 	return nil
