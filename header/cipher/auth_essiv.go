@@ -1,7 +1,6 @@
 package cipher
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 
 	"github.com/cryptimg/cryptimg/asm"
@@ -37,13 +36,19 @@ type authESSIV struct {
 }
 
 func newAuthESSIV(vk []byte, impl asm.Impl) (*authESSIV, error) {
+	return newAuthESSIVMAC(vk, impl, defaultMAC())
+}
+
+// newAuthESSIVMAC is newAuthESSIV with the tags computed by mac (nil:
+// crypto/sha256).
+func newAuthESSIVMAC(vk []byte, impl asm.Impl, mac *asm.SHA256Impl) (*authESSIV, error) {
 	salt := sha256.Sum256(vk)
 	defer clear(salt[:])
 	c, err := essiv.NewCipherWithSaltImpl(vk[:len(vk)-macSize], salt[:], impl)
 	if err != nil {
 		return nil, err
 	}
-	return &authESSIV{c: c, mac: newHMACSHA256(vk[len(vk)-macSize:])}, nil
+	return &authESSIV{c: c, mac: newHMACSHA256(vk[len(vk)-macSize:], mac)}, nil
 }
 
 // records fills the associated data of n sectors: le64(aadUnit) || E_IV.
@@ -66,9 +71,7 @@ func (e *authESSIV) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) erro
 		d := dst[i*ss : (i+m)*ss]
 		recs := e.records(st, m, aadUnit+uint64(i)*step, iv+uint64(i)*step, step)
 		e.c.EncryptSectors(d, src[i*ss:(i+m)*ss], iv+uint64(i)*step, ss)
-		for j := range m {
-			e.mac.tag(st, tags[(i+j)*macSize:], recs[24*j:24*j+24], d[j*ss:(j+1)*ss])
-		}
+		e.mac.sectors(st, tags[i*macSize:(i+m)*macSize], recs, d, ss)
 	}
 	return nil
 }
@@ -83,13 +86,7 @@ func (e *authESSIV) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad 
 		d, s := dst[i*ss:(i+m)*ss], src[i*ss:(i+m)*ss]
 		first := iv + uint64(i)*step
 		recs := e.records(st, m, aadUnit+uint64(i)*step, first, step)
-		var badMask uint64
-		for j := range m {
-			e.mac.tag(st, st.tag[:], recs[24*j:24*j+24], s[j*ss:(j+1)*ss])
-			if !hmac.Equal(st.tag[:], tags[(i+j)*macSize:(i+j+1)*macSize]) {
-				badMask |= 1 << j
-			}
-		}
+		badMask := e.mac.check(st, tags[i*macSize:(i+m)*macSize], recs, s, ss)
 		openRuns(d, m, ss, badMask, i, bad, func(j, k int) {
 			e.c.DecryptSectors(d[j*ss:k*ss], s[j*ss:k*ss], first+uint64(j)*step, ss)
 		})

@@ -1,11 +1,14 @@
 package cipher
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
 	"hash"
 	"sync"
+
+	"github.com/cryptimg/cryptimg/asm"
 )
 
 // What the hmac(sha256) modes share: the MAC, the per-call scratch, and
@@ -27,20 +30,44 @@ func chunkSectors(sectorSize int) int { return min(authChunkSectors, max(1, auth
 
 // hmacSHA256 is HMAC-SHA256 (FIPS 198-1, RFC 2104) under one key. The
 // SHA-256 states after the blocks K0^ipad and K0^opad are computed once
-// (FIPS 198-1 section 6 allows this) and kept marshaled, so a tag costs no
-// key block and clear can overwrite them. crypto/hmac precomputes the same
-// two states but keeps them where nothing can wipe them.
+// (FIPS 198-1 section 6 allows this), so a tag costs no key block and clear
+// can overwrite them. crypto/hmac precomputes the same two states but keeps
+// them where nothing can wipe them.
+//
+// Tags are computed by a multi-buffer kernel of package asm (impl), which
+// hashes several sectors side by side: one SHA-256 stream cannot keep the
+// SHA unit busy, and a 512-byte sector is only ten blocks. Where package
+// asm has no kernel (impl nil: no SHA-NI, arm64, the purego build),
+// crypto/sha256 tags one sector at a time, with the assembly it has for
+// more CPUs than package asm.
 type hmacSHA256 struct {
-	inner, outer []byte // marshaled SHA-256 states
+	// inner and outer are the states marshaled by crypto/sha256, for
+	// tags without impl and of empty messages, which impl's interface
+	// cannot express; key holds the same two states for impl.
+	inner, outer []byte
+	key          asm.HMACSHA256Key
+	impl         *asm.SHA256Impl
+}
+
+// defaultMAC is the implementation the hmac(sha256) modes use: package
+// asm's best kernel, or nil (crypto/sha256) when package asm has only its
+// generic code. That is slower than crypto/sha256 where crypto/sha256 has
+// assembly, and no faster where it has none (the purego build selects
+// pure Go in both packages).
+func defaultMAC() *asm.SHA256Impl {
+	if best := asm.BestSHA256(); best.Name != asm.GenericSHA256.Name {
+		return &best
+	}
+	return nil
 }
 
 // newHMACSHA256 takes a key of at most one SHA-256 block: the modes here
 // use 32 bytes, so the key is never hashed first (FIPS 198-1 step 2).
-func newHMACSHA256(key []byte) *hmacSHA256 {
+func newHMACSHA256(key []byte, impl *asm.SHA256Impl) *hmacSHA256 {
 	if len(key) > sha256.BlockSize {
 		panic("cipher: internal error: HMAC key longer than a block")
 	}
-	m := &hmacSHA256{}
+	m := &hmacSHA256{impl: impl}
 	h := sha256.New()
 	var pad [sha256.BlockSize]byte
 	for _, p := range []struct {
@@ -61,11 +88,18 @@ func newHMACSHA256(key []byte) *hmacSHA256 {
 	}
 	clear(pad[:])
 	h.Reset()
+	if impl != nil {
+		m.key.Init(key)
+	}
 	return m
 }
 
-// tag writes HMAC(aad || data) to out[:32].
+// tag writes HMAC(aad || data) to out[:32], for any lengths.
 func (m *hmacSHA256) tag(st *macState, out, aad, data []byte) {
+	if m.impl != nil && len(data) > 0 {
+		m.impl.HMAC(&m.key, out[:macSize], aad, data, len(data))
+		return
+	}
 	if st.innerU.UnmarshalBinary(m.inner) != nil {
 		panic("cipher: authenticated sector cipher used after Clear")
 	}
@@ -77,10 +111,43 @@ func (m *hmacSHA256) tag(st *macState, out, aad, data []byte) {
 	st.outer.Sum(out[:0])
 }
 
-// clear overwrites the two states; tag panics afterwards.
+// sectors writes the tags of the n = len(data)/sectorSize sectors of data,
+// HMAC(recs[24j:24j+24] || sector j), to out[32j:32j+32].
+func (m *hmacSHA256) sectors(st *macState, out, recs, data []byte, sectorSize int) {
+	if len(recs) != 24*(len(data)/sectorSize) {
+		panic("cipher: internal error: associated data records do not match the sectors")
+	}
+	if m.impl != nil {
+		m.impl.HMAC(&m.key, out, recs, data, sectorSize)
+		return
+	}
+	for j := range len(data) / sectorSize {
+		m.tag(st, out[j*macSize:], recs[24*j:24*j+24], data[j*sectorSize:(j+1)*sectorSize])
+	}
+}
+
+// check computes the tags of the sectors of data as sectors does and
+// returns a mask with bit j set where sector j's differs from
+// want[32j:32j+32]. Each comparison takes constant time; at most 64
+// sectors.
+func (m *hmacSHA256) check(st *macState, want, recs, data []byte, sectorSize int) uint64 {
+	n := len(data) / sectorSize
+	got := grow(&st.tags, n*macSize)
+	m.sectors(st, got, recs, data, sectorSize)
+	var bad uint64
+	for j := range n {
+		if !hmac.Equal(got[j*macSize:(j+1)*macSize], want[j*macSize:(j+1)*macSize]) {
+			bad |= 1 << j
+		}
+	}
+	return bad
+}
+
+// clear overwrites the states; tag panics afterwards.
 func (m *hmacSHA256) clear() {
 	clear(m.inner)
 	clear(m.outer)
+	m.key.Clear()
 }
 
 // macState is the scratch of one Seal or Open: two SHA-256 states and the
@@ -91,7 +158,7 @@ type macState struct {
 	inner, outer   hash.Hash
 	innerU, outerU encoding.BinaryUnmarshaler
 	sum            [macSize]byte // inner digest
-	tag            [macSize]byte // a computed tag, to compare
+	tags           []byte        // computed tags of a chunk, to compare
 	aad            [24]byte      // gcm's associated data
 	save           [16]byte      // gcm: bytes a Seal's tag lands on
 	recs           []byte        // associated data records, or gcm IVs
@@ -113,7 +180,7 @@ func (st *macState) put() {
 	st.inner.Reset()
 	st.outer.Reset()
 	clear(st.sum[:])
-	clear(st.tag[:])
+	clear(st.tags)
 	clear(st.recs)
 	clear(st.buf)
 	macPool.Put(st)

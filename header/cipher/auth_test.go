@@ -690,3 +690,168 @@ func TestAuthConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// macImpls lists every way the hmac(sha256) modes can compute tags: each
+// package asm SHA-256 implementation (the kernels and the generic code)
+// and crypto/sha256 (nil), which is what machines without a kernel use.
+func macImpls() []struct {
+	name string
+	mac  *asm.SHA256Impl
+} {
+	impls := []struct {
+		name string
+		mac  *asm.SHA256Impl
+	}{{"crypto-sha256", nil}}
+	for _, impl := range asm.SHA256Implementations() {
+		impls = append(impls, struct {
+			name string
+			mac  *asm.SHA256Impl
+		}{impl.Name, &impl})
+	}
+	return impls
+}
+
+// macKernel builds spec's kernel with the best AES code and the given MAC
+// implementation.
+func macKernel(spec string, mac *asm.SHA256Impl) authImpl {
+	switch spec {
+	case specESSIV:
+		return authImpl{"mac", func(key []byte) (authKernel, error) { return newAuthESSIVMAC(key, asm.Best(), mac) }}
+	case specXTS:
+		return authImpl{"mac", func(key []byte) (authKernel, error) { return newAuthXTSMAC(key, asm.BestXTS(), mac) }}
+	}
+	panic("no hmac mode " + spec)
+}
+
+// The modes use package asm's best kernel where it has one, crypto/sha256
+// otherwise (the purego build, arm64, amd64 without SHA-NI).
+func TestAuthDefaultMAC(t *testing.T) {
+	best := asm.BestSHA256()
+	got := defaultMAC()
+	switch {
+	case best.Name == asm.GenericSHA256.Name && got != nil:
+		t.Fatalf("defaultMAC() = %q, want crypto/sha256 (nil)", got.Name)
+	case best.Name != asm.GenericSHA256.Name && (got == nil || got.Name != best.Name):
+		t.Fatalf("defaultMAC() = %v, want %q", got, best.Name)
+	}
+	for _, spec := range []string{specESSIV, specXTS} {
+		m := mustAuth(t, spec)
+		s, _ := m.NewSector(randBytes(m.DefaultCipherKeyBytes+m.MACKeyBytes), LUKS1)
+		var mac *hmacSHA256
+		switch k := s.(*authSector).k.(type) {
+		case *authESSIV:
+			mac = k.mac
+		case *authXTS:
+			mac = k.mac
+		}
+		if (mac.impl == nil) != (got == nil) || mac.impl != nil && mac.impl.Name != got.Name {
+			t.Errorf("%s: NewSector does not use defaultMAC()", spec)
+		}
+	}
+}
+
+// TestAuthMACReference is TestAuthReference for every MAC implementation:
+// runs of 1, 3 and a chunk plus 3 sectors, so the multi-buffer kernels see
+// counts that are not multiples of their lanes.
+func TestAuthMACReference(t *testing.T) {
+	for _, spec := range []string{specESSIV, specXTS} {
+		m := mustAuth(t, spec)
+		for _, mi := range macImpls() {
+			t.Run(spec+"/"+mi.name, func(t *testing.T) { testAuthReference(t, m, macKernel(spec, mi.mac)) })
+		}
+	}
+}
+
+// TestAuthMACTamper: with every MAC implementation, a flipped bit in any
+// sector of a run (or in its tag) fails that sector alone, whatever its
+// place among the kernels' lanes.
+func TestAuthMACTamper(t *testing.T) {
+	for _, spec := range []string{specESSIV, specXTS} {
+		m := mustAuth(t, spec)
+		for _, mi := range macImpls() {
+			for _, ss := range []int{512, 4096} {
+				const n = 7
+				s := bindAuth(t, m, macKernel(spec, mi.mac), randBytes(m.DefaultCipherKeyBytes+m.MACKeyBytes), Geometry{SectorSize: ss})
+				src := randBytes(n * ss)
+				ct, tags := make([]byte, len(src)), make([]byte, n*m.TagSize)
+				if err := s.Seal(ct, tags, src, 64); err != nil {
+					t.Fatal(err)
+				}
+				step := uint64(ss / 512)
+				for i := range n {
+					for _, where := range []string{"data", "tag"} {
+						b := ct[i*ss : (i+1)*ss]
+						if where == "tag" {
+							b = tags[i*m.TagSize : (i+1)*m.TagSize]
+						}
+						bit := (i*131 + 5) % (len(b) * 8)
+						flip(b, bit)
+						pt := make([]byte, len(ct))
+						err := s.Open(pt, ct, tags, 64)
+						flip(b, bit)
+						var te *TagError
+						if !errors.As(err, &te) || !slices.Equal(te.Units, []uint64{64 + uint64(i)*step}) {
+							t.Fatalf("%s/%s ss %d: %s bit of sector %d flipped: Open = %v", spec, mi.name, ss, where, i, err)
+						}
+						for j := range n {
+							want := src[j*ss : (j+1)*ss]
+							if j == i {
+								want = make([]byte, ss)
+							}
+							if !bytes.Equal(pt[j*ss:(j+1)*ss], want) {
+								t.Fatalf("%s/%s ss %d: sector %d wrong after tampering with sector %d", spec, mi.name, ss, j, i)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// The single-message tag (the kernel vectors' path) agrees with
+// crypto/hmac for every MAC implementation and shape, empty data included.
+func TestAuthMACTagShapes(t *testing.T) {
+	mk := randBytes(macSize)
+	ref := hmac.New(sha256.New, mk)
+	st := getMAC()
+	defer st.put()
+	for _, mi := range macImpls() {
+		mac := newHMACSHA256(mk, mi.mac)
+		for _, a := range []int{0, 16, 24, 63, 64, 100} {
+			for _, d := range []int{0, 1, 16, 32, 40, 55, 56, 64, 80, 512} {
+				aad, data := randBytes(a), randBytes(d)
+				got := make([]byte, macSize)
+				mac.tag(st, got, aad, data)
+				ref.Reset()
+				ref.Write(aad)
+				ref.Write(data)
+				if want := ref.Sum(nil); !bytes.Equal(got, want) {
+					t.Fatalf("%s: aad %d, data %d: tag %x, want %x", mi.name, a, d, got, want)
+				}
+			}
+		}
+	}
+}
+
+// Clear also wipes the key package asm's kernels use, and they refuse it
+// afterwards.
+func TestAuthMACClear(t *testing.T) {
+	for _, mi := range macImpls() {
+		mac := newHMACSHA256(randBytes(macSize), mi.mac)
+		mac.clear()
+		if mac.key != (asm.HMACSHA256Key{}) {
+			t.Errorf("%s: the asm key survives clear", mi.name)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: tagging after clear did not panic", mi.name)
+				}
+			}()
+			st := getMAC()
+			defer st.put()
+			mac.sectors(st, make([]byte, 2*macSize), make([]byte, 48), make([]byte, 1024), 512)
+		}()
+	}
+}

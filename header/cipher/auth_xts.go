@@ -1,8 +1,6 @@
 package cipher
 
 import (
-	"crypto/hmac"
-
 	"github.com/cryptimg/cryptimg/asm"
 )
 
@@ -30,11 +28,17 @@ type authXTS struct {
 }
 
 func newAuthXTS(vk []byte, impl asm.XTSImpl) (*authXTS, error) {
+	return newAuthXTSMAC(vk, impl, defaultMAC())
+}
+
+// newAuthXTSMAC is newAuthXTS with the tags computed by mac (nil:
+// crypto/sha256).
+func newAuthXTSMAC(vk []byte, impl asm.XTSImpl, mac *asm.SHA256Impl) (*authXTS, error) {
 	x, err := newXTS(vk[:len(vk)-macSize], ^uint64(0), impl)
 	if err != nil {
 		return nil, err
 	}
-	return &authXTS{x: x, mac: newHMACSHA256(vk[len(vk)-macSize:])}, nil
+	return &authXTS{x: x, mac: newHMACSHA256(vk[len(vk)-macSize:], mac)}, nil
 }
 
 func (a *authXTS) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error {
@@ -48,9 +52,7 @@ func (a *authXTS) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error 
 		d := dst[i*ss : (i+m)*ss]
 		a.x.EncryptSectors(d, src[i*ss:(i+m)*ss], iv+uint64(i)*step, ss)
 		aadRecords(recs, m, aadUnit+uint64(i)*step, iv+uint64(i)*step, step)
-		for j := range m {
-			a.mac.tag(st, tags[(i+j)*macSize:], recs[24*j:24*j+24], d[j*ss:(j+1)*ss])
-		}
+		a.mac.sectors(st, tags[i*macSize:(i+m)*macSize], recs[:24*m], d, ss)
 	}
 	return nil
 }
@@ -66,13 +68,7 @@ func (a *authXTS) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad fu
 		d, s := dst[i*ss:(i+m)*ss], src[i*ss:(i+m)*ss]
 		first := iv + uint64(i)*step
 		aadRecords(recs, m, aadUnit+uint64(i)*step, first, step)
-		var badMask uint64
-		for j := range m {
-			a.mac.tag(st, st.tag[:], recs[24*j:24*j+24], s[j*ss:(j+1)*ss])
-			if !hmac.Equal(st.tag[:], tags[(i+j)*macSize:(i+j+1)*macSize]) {
-				badMask |= 1 << j
-			}
-		}
+		badMask := a.mac.check(st, tags[i*macSize:(i+m)*macSize], recs[:24*m], s, ss)
 		openRuns(d, m, ss, badMask, i, bad, func(j, k int) {
 			a.x.DecryptSectors(d[j*ss:k*ss], s[j*ss:k*ss], first+uint64(j)*step, ss)
 		})
