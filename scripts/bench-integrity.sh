@@ -8,6 +8,8 @@
 #   scripts/bench-integrity.sh [SIZE_MIB] [ROUNDS]     (default 1024 MiB, 7 rounds)
 #   BENCH_JOBS="sha256-j2 essiv-4096-verify" scripts/bench-integrity.sh   (only these jobs)
 #   BENCH_DIR=/dev/shm/elsewhere scripts/bench-integrity.sh
+#   BENCH_RAW=/tmp/raw scripts/bench-integrity.sh   (keep each job's per-round
+#                                                   "wall user sys maxrss_kib" there)
 #
 # Each round runs every job once, in the same order (baselines first, then
 # verify, decrypt and encrypt of each image), so that load from other
@@ -119,7 +121,7 @@ meets() {
 
 cpuname=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && rev="$rev (with uncommitted changes)"
+[ -n "$(git -C "$root" status --porcelain 2>/dev/null)" ] && rev="$rev (with uncommitted changes)"
 echo "# integrity, ${size_mib} MiB random plaintext on tmpfs, median of $rounds rounds, $(nproc) CPUs ($cpuname), $(date -u +%F), cryptimg $rev, $(go version | cut -d' ' -f3)"
 echo
 echo "GB/s is 1e9 bytes/s of plaintext. CPU is (user+sys) ÷ wall (2.00 = both cores busy)."
@@ -148,3 +150,4 @@ awk -v b0="$busy0" -v b1="$busy1" -v t0="$t0" -v t1="$t1" -v o="$ours" -v n="$(n
   printf "- during the rounds (%.0f s): the jobs used %.1f CPU s, other processes %.1f CPU s, on average %.2f of the %d CPUs\n",
     t1-t0, o, b1-b0-o, (b1-b0-o)/(t1-t0), n}'
 echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "${BENCH_RAW:-}" ]; then mkdir -p "$BENCH_RAW" && cp ./*.times "$BENCH_RAW"/; fi
