@@ -22,8 +22,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 size_mib=${1:-1024}
 rounds=${2:-7}
-dir=${BENCH_DIR:-/dev/shm/cryptimg-bench-integrity}
-rm -rf "$dir"; mkdir -p "$dir"
+# A directory of its own unless BENCH_DIR names one: two runs at once must
+# not remove each other's files.
+if [ -n "${BENCH_DIR:-}" ]; then
+  dir=$BENCH_DIR; rm -rf "$dir"; mkdir -p "$dir"
+else
+  dir=$(mktemp -d /dev/shm/cryptimg-bench-integrity.XXXXXX)
+fi
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
 
