@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
-	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -75,20 +74,7 @@ refused without --force.
 	f := cmd.Flags()
 	f.StringVar(&o.size, "size", "", "virtual size of the new image in bytes, or with a suffix K, M, G or T (powers of 1024)")
 	o.key.addFlags(f)
-	o.luks2Options.addFlags(f)
-	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
-	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the volume key from the master secret in FILE and the image's UUID (HKDF-SHA512; see README)")
-	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
-	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
-	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
-	f.IntVarP(&o.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the key slot, in milliseconds")
-	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, "use exactly this many PBKDF2 iterations (at least 1000) instead of benchmarking")
-	f.StringVar(&o.uuid, "uuid", "", "UUID for the new header (default: random)")
-	f.Uint32Var(&o.alignPayload, "align-payload", 0, "align the payload to this many 512-byte sectors (default 2048, 1 MiB)")
-	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
-	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
-	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw (default) or qcow2")
-	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
+	o.addHeaderFlags(f)
 	return cmd
 }
 
