@@ -121,23 +121,9 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 	if head, _ := br.Peek(8); !o.force && header.IsLUKSMagic(head) {
 		return usagef("%s is already a LUKS image: encrypting it would encrypt it twice; pass --force to do so", in)
 	}
-	w, commit, done, err := streamOut(g, out, o.force)
-	if err != nil {
-		return err
-	}
-	defer done()
-	prog := g.newProgress("encrypt")
-	start := time.Now()
-	n, err := image.EncryptStream(cmd.Context(), w, br, fh, g.pipeline(prog))
-	prog.finish(err == nil)
-	if err != nil {
-		return streamErr(err, in, out)
-	}
-	if err := commit(); err != nil {
-		return streamErr(err, in, out)
-	}
-	return g.report(o.json, summary{Op: "encrypt", Input: in, Output: out, Format: string(image.Raw),
-		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(fh.Header, 0)})
+	return streamTo(g, "encrypt", in, out, o.force, o.json, volumeOf(fh.Header, 0), func(w io.Writer, p image.Pipeline) (int64, error) {
+		return image.EncryptStream(cmd.Context(), w, br, fh, p)
+	})
 }
 
 func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
@@ -184,14 +170,23 @@ func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *
 		return err
 	}
 	defer k.Clear()
-	w, commit, done, err := streamOut(g, out, o.force)
+	return streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+		return e.DecryptStream(cmd.Context(), w, payload, k, p)
+	})
+}
+
+// streamTo runs op, which writes a raw image's stream to w, into out
+// (stdout or a file made through a temporary one), with progress, and
+// reports it.
+func streamTo(g *globalOptions, op, in, out string, force, asJSON bool, vol volumeJSON, run func(io.Writer, image.Pipeline) (int64, error)) error {
+	w, commit, done, err := streamOut(g, out, force)
 	if err != nil {
 		return err
 	}
 	defer done()
-	prog := g.newProgress("decrypt")
+	prog := g.newProgress(op)
 	start := time.Now()
-	n, err := e.DecryptStream(cmd.Context(), w, payload, k, g.pipeline(prog))
+	n, err := run(w, g.pipeline(prog))
 	prog.finish(err == nil)
 	if err != nil {
 		return streamErr(err, in, out)
@@ -199,8 +194,8 @@ func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *
 	if err := commit(); err != nil {
 		return streamErr(err, in, out)
 	}
-	return g.report(o.json, summary{Op: "decrypt", Input: in, Output: out, Format: string(image.Raw),
-		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(e.Header, k.Slot)})
+	return g.report(asJSON, summary{Op: op, Input: in, Output: out, Format: string(image.Raw),
+		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: vol})
 }
 
 // decryptFileToStream decrypts a raw LUKS image file to stdout: the file
