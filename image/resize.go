@@ -1,0 +1,264 @@
+package image
+
+// Changing the virtual size of an encrypted image in place, as cryptsetup
+// resize (with the file's truncate) and qemu-img resize do. Each step is a
+// single durable change that leaves an image of the old or of the new
+// size, both readable:
+//
+//   - raw LUKS1, or LUKS2 whose data segment is "dynamic" (the payload runs
+//     to the end of the file): the truncate, synced, is the resize;
+//   - LUKS2 with a fixed-size segment: growing extends the file first (the
+//     header still says the old size), then commits the new size in both
+//     metadata copies (header.LUKS2.WithDataSize); shrinking commits the
+//     metadata first, then cuts the file;
+//   - qcow2+LUKS: qcow2.Editor.Resize (a new L1 table, if needed, written
+//     and synced before the one header write that switches size and table).
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
+)
+
+var (
+	// ErrShrink refuses a size below the current one without
+	// ResizeOptions.Shrink: everything past the new size is lost.
+	ErrShrink = errors.New("the new size is smaller than the image: shrinking cuts off the data past it")
+	// ErrDataLoss refuses a qcow2 shrink that would drop clusters holding
+	// data, without ResizeOptions.DataLoss.
+	ErrDataLoss = errors.New("allocated clusters lie beyond the new size; their data would be lost")
+	// ErrKeyNeeded reports a qcow2 grow that has to write encrypted zeros
+	// over the tail of the last cluster (the old size ends inside it) and
+	// got no key. Nothing was written.
+	ErrKeyNeeded = errors.New("growing this image writes encrypted zeros after its old end, which needs its key")
+)
+
+// ResizeOptions guard a resize.
+type ResizeOptions struct {
+	// Shrink permits a size below the current one.
+	Shrink bool
+	// DataLoss permits a qcow2 shrink that drops allocated clusters.
+	// Raw images have no allocation map: Shrink alone cuts them.
+	DataLoss bool
+	// Key is the image's unlocked key. Only growing a qcow2 image whose old
+	// size ends inside an allocated cluster needs it (see ErrKeyNeeded).
+	Key *Key
+}
+
+// ResizeResult says what Resize did.
+type ResizeResult struct {
+	OldSize, NewSize int64 // virtual (plaintext) sizes in bytes
+	Format           Format
+	// FixedSegment is set for a LUKS2 data segment of fixed size, whose
+	// size in the metadata was updated.
+	FixedSegment bool
+}
+
+// Changed reports whether the size changed.
+func (r ResizeResult) Changed() bool { return r.OldSize != r.NewSize }
+
+// Resize sets the virtual (plaintext) size of the image to size bytes, a
+// positive whole number of its sectors; the same size changes nothing.
+//
+// Growing a raw image extends the file as a sparse hole, as truncating a
+// file under cryptsetup does: the new range decrypts to whatever the cipher
+// makes of zero ciphertext (not zeros) until it is written. Growing a qcow2
+// image adds unallocated clusters, which read as zeros; when the old size
+// ends inside an allocated cluster, the rest of that cluster is first
+// overwritten with encrypted zeros (which needs o.Key), so it reads as
+// zeros too.
+//
+// Shrinking needs o.Shrink, and for a qcow2 image with data past the new
+// size also o.DataLoss; the clusters past it are released and the file cut.
+// A raw image is truncated; the file of a fixed LUKS2 segment is cut only
+// if it ended where the segment did.
+//
+// Images with integrity protection are refused: their size is the
+// dm-integrity device's, whose tags and journal would have to be laid out
+// again. On an image opened with OpenDetached the data file is resized and
+// a fixed segment's size is written to the header file. e is updated to the
+// new size.
+func (e *Encrypted) Resize(size int64, o ResizeOptions) (ResizeResult, error) {
+	i := e.Header.Info()
+	r := ResizeResult{OldSize: e.PayloadSize, NewSize: size, Format: e.Format, FixedSegment: i.PayloadSize != 0}
+	if e.auth != nil || i.Integrity != "" {
+		return r, fmt.Errorf("resizing: %w (the integrity tags and journal would have to be laid out again)", ErrAuthenticatedUnsupported)
+	}
+	if size <= 0 {
+		return r, fmt.Errorf("%w, not %d bytes", ErrEmptySize, size)
+	}
+	if size%int64(i.SectorSize) != 0 {
+		return r, fmt.Errorf("%w: %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, size, i.SectorSize)
+	}
+	f, ok := e.f.(File)
+	if !ok {
+		return r, errors.New("image: resizing needs the image opened read-write from a file")
+	}
+	if size == r.OldSize {
+		return r, nil
+	}
+	if size < r.OldSize && !o.Shrink {
+		return r, fmt.Errorf("%w (%d bytes now, %d asked for)", ErrShrink, r.OldSize, size)
+	}
+	var err error
+	if e.Format == Qcow2 {
+		err = e.resizeQcow2(f, size, o)
+	} else {
+		err = e.resizeRaw(f, size)
+	}
+	return r, err
+}
+
+func (e *Encrypted) resizeRaw(f File, size int64) error {
+	fixed := e.Header.Info().PayloadSize != 0
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	fileSize, oldEnd, end := st.Size(), e.PayloadOffset+e.PayloadSize, e.PayloadOffset+size
+	if end < e.PayloadOffset {
+		return fmt.Errorf("image: a payload of %d bytes at %d does not fit in a file", size, e.PayloadOffset)
+	}
+	segment := func() error {
+		if !fixed {
+			return nil
+		}
+		l2, ok := e.Header.(*header.LUKS2)
+		if !ok {
+			return fmt.Errorf("image: internal error: a fixed-size payload in a %T header", e.Header)
+		}
+		return e.Apply(l2.WithDataSize(size))
+	}
+	cut := func(to int64) error {
+		if err := f.Truncate(to); err != nil {
+			return fmt.Errorf("failed to resize %s: %w", nameOf(f), err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("failed to sync %s: %w", nameOf(f), err)
+		}
+		fileSize = to
+		return nil
+	}
+	if size > e.PayloadSize {
+		// The file first: until the metadata says so, the extension is
+		// not part of a fixed segment.
+		if end > fileSize {
+			if err := cut(end); err != nil {
+				return err
+			}
+		}
+		if err := segment(); err != nil {
+			return err
+		}
+	} else {
+		// The metadata first: the file then holds more than the segment.
+		if err := segment(); err != nil {
+			return err
+		}
+		if fileSize > end && (!fixed || fileSize == oldEnd) {
+			if err := cut(end); err != nil {
+				return err
+			}
+		}
+	}
+	e.PayloadSize, e.FileSize = size, fileSize
+	return nil
+}
+
+func (e *Encrypted) resizeQcow2(f File, size int64, o ResizeOptions) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	ed, err := qcow2.OpenEdit(f, st.Size())
+	if err != nil {
+		return err
+	}
+	old := e.PayloadSize
+	if size < old {
+		if !o.DataLoss {
+			if at, ok, err := storedFrom(ed, size); err != nil {
+				return err
+			} else if ok {
+				return fmt.Errorf("%w (data at guest offset %d, the new size is %d)", ErrDataLoss, at, size)
+			}
+		}
+		err = ed.Resize(size, f.Truncate)
+	} else {
+		if err := e.zeroTail(ed, f, o.Key); err != nil {
+			return err
+		}
+		err = ed.Resize(size, nil)
+	}
+	if err != nil {
+		return err
+	}
+	if st, err = f.Stat(); err != nil {
+		return err
+	}
+	im, err := qcow2.Open(f, st.Size())
+	if err != nil {
+		return fmt.Errorf("image: the resized qcow2 image does not read back: %w", err)
+	}
+	e.qcow, e.Qcow2, e.PayloadSize, e.FileSize = im, im, im.Size, st.Size()
+	return nil
+}
+
+// storedFrom reports the first guest offset at or after from that holds
+// stored data (a data or compressed cluster).
+func storedFrom(ed *qcow2.Editor, from int64) (int64, bool, error) {
+	size := ed.Image().Size
+	for pos := from; pos < size; {
+		m, err := ed.Lookup(pos, size-pos)
+		if err != nil {
+			return 0, false, err
+		}
+		if m.Kind == qcow2.Data || m.Kind == qcow2.Compressed {
+			return max(pos, m.GuestOffset), true, nil
+		}
+		pos = m.GuestOffset + m.Length
+	}
+	return 0, false, nil
+}
+
+// zeroTail overwrites the host bytes of the last guest cluster past the
+// old size with encrypted zeros, when that cluster is stored in place, so
+// that a grown image reads zeros there: the bytes were never part of the
+// image (qemu leaves them as they are). They are synced before the header
+// makes them visible.
+func (e *Encrypted) zeroTail(ed *qcow2.Editor, f File, k *Key) error {
+	old, cs := ed.Image().Size, ed.Image().ClusterSize
+	if old%cs == 0 {
+		return nil
+	}
+	m, err := ed.Lookup(old-1, 1)
+	if err != nil {
+		return err
+	}
+	if m.Kind != qcow2.Data || !m.InPlace {
+		return nil
+	}
+	if k == nil {
+		return ErrKeyNeeded
+	}
+	host := m.HostOffset + old - m.GuestOffset // the host byte of the old end
+	n := cs - old%cs
+	buf := make([]byte, n)
+	if err := k.Cipher.EncryptSectors(buf, make([]byte, n), qcowIV(host)); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(buf, host); err != nil {
+		return fmt.Errorf("failed to write %s: %w", nameOf(f), err)
+	}
+	return f.Sync()
+}
+
+// nameOf names a file in messages.
+func nameOf(f any) string {
+	if n, ok := f.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return "the image"
+}
