@@ -157,6 +157,7 @@ type the passphrase at the terminal prompt.
 		newCloneCommand(g),
 		newCreateCommand(g),
 		newEraseCommand(g),
+		newResizeCommand(g),
 		newCompletionCommand(g),
 		newManCommand(g),
 	)
