@@ -136,8 +136,8 @@ type writerOnly struct{ w io.WriterAt }
 
 func (w writerOnly) WriteAt(p []byte, off int64) (int, error) { return w.w.WriteAt(p, off) }
 
-func runOpts(p Pipeline, progress func(int64)) sectors.Options {
-	return sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: SectorSize, Progress: progress}
+func runOpts(p Pipeline, bufs *sectors.Buffers, progress func(int64)) sectors.Options {
+	return sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: SectorSize, Progress: progress, Buffers: bufs}
 }
 
 // readerOnly hides the *os.File behind a ReaderAt from sectors.Run, which
@@ -317,11 +317,12 @@ func EncryptInPlace(ctx context.Context, img File, js JournalStore, o EncryptInP
 		}
 		src := headReader{img: img, head: head}
 		t := ciph.EncryptSectors
+		bufs := new(sectors.Buffers)
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			y := st.DataLen - k*st.Window
 			x := max(0, y-st.Window)
 			ext := []sectors.Extent{{SrcOffset: x, DstOffset: x + st.Shift, Length: y - x, Sector: rawIV(x)}}
-			ro := runOpts(o.Pipeline, progress)
+			ro := runOpts(o.Pipeline, bufs, progress)
 			ro.SectorSize = int(ss)
 			if err := sectors.Run(ctx, writerOnly{img}, src, ext, t, ro); err != nil {
 				return err
@@ -457,10 +458,11 @@ func DecryptInPlace(ctx context.Context, img File, js JournalStore, passphrase [
 		}
 		dst := headWriter{img: img, j: j.s, off0: st.Sec0Off, n: st.head()}
 		t := ciph.DecryptSectors
+		bufs := new(sectors.Buffers)
 		window := func(ctx context.Context, k int64, progress func(int64)) error {
 			x := k * st.Window
 			ext := []sectors.Extent{{SrcOffset: x + st.Shift, DstOffset: x, Length: c.windowLen(k), Sector: rawIV(x)}}
-			ro := runOpts(o.Pipeline, progress)
+			ro := runOpts(o.Pipeline, bufs, progress)
 			ro.SectorSize = int(ss)
 			// Ciphertext has no holes worth finding: handing Run the file
 			// itself would cost a SEEK_DATA/SEEK_HOLE pair per window

@@ -268,6 +268,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 func sameSpotWindows(c *converter, img File, exts []sectors.Extent, ss int64, t sectors.Transform, p Pipeline) (closePrefetch func()) {
 	j, st := c.j, c.j.st
 	bufs := [2][]byte{make([]byte, st.Window), make([]byte, st.Window)}
+	chunks := new(sectors.Buffers)
 	read := func(k int64) ([]sectors.Extent, []byte, error) {
 		n := c.windowLen(k)
 		w := slice(exts, k*st.Window, n)
@@ -280,7 +281,7 @@ func sameSpotWindows(c *converter, img File, exts []sectors.Extent, ss int64, t 
 		return w, b, nil
 	}
 	convert := func(ctx context.Context, w []sectors.Extent, b []byte, progress func(int64)) error {
-		ro := runOpts(p, progress)
+		ro := runOpts(p, chunks, progress)
 		ro.SectorSize = int(ss)
 		if err := sectors.Run(ctx, writerOnly{img}, bytes.NewReader(b), w, t, ro); err != nil {
 			return err

@@ -42,3 +42,37 @@ func (p *bufPool) get(ctx context.Context) []byte {
 func (p *bufPool) put(b []byte) {
 	p.free <- b
 }
+
+// Buffers carries chunk buffers from one Run to the next (Options.Buffers).
+// Runs that share a Buffers must not overlap. The zero value is ready.
+type Buffers struct {
+	free [][]byte
+}
+
+// lend moves kept buffers that are large enough into p, up to its cap, as
+// if p had allocated them.
+func (b *Buffers) lend(p *bufPool) {
+	kept := b.free[:0]
+	for _, buf := range b.free {
+		if cap(buf) >= p.size && p.allocated < p.cap() {
+			p.free <- buf[:p.size]
+			p.allocated++
+			continue
+		}
+		kept = append(kept, buf)
+	}
+	clear(b.free[len(kept):])
+	b.free = kept
+}
+
+// keep takes back the buffers that p holds once its run is over.
+func (b *Buffers) keep(p *bufPool) {
+	for {
+		select {
+		case buf := <-p.free:
+			b.free = append(b.free, buf)
+		default:
+			return
+		}
+	}
+}

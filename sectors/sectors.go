@@ -83,6 +83,10 @@ type Options struct {
 	// is called from the goroutine that called Run, in order, at most once
 	// per chunk, so it may update a progress bar directly.
 	Progress func(done int64)
+	// Buffers, if not nil, lends Run the chunk buffers of an earlier run and
+	// keeps this run's when it returns, so a caller that runs window after
+	// window does not allocate (and zero) its buffers every time.
+	Buffers *Buffers
 }
 
 // IOError reports a failed read of src or write of dst, with the absolute
@@ -205,6 +209,10 @@ func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent
 	// unwritten chunk always has a buffer and the pipeline cannot stall.
 	nbuf := int(min(int64(2*p.jobs+2), p.chunks))
 	pl := newPool(nbuf, p.bufLen)
+	if o.Buffers != nil {
+		o.Buffers.lend(pl)
+		defer o.Buffers.keep(pl)
+	}
 	if st != nil {
 		defer func() { st.buffers = pl.allocated }()
 	}
