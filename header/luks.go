@@ -74,7 +74,9 @@ type Header interface {
 
 	// Rekey makes the header of the same image under a new volume key and
 	// p's cipher, hash and cost, with each slot of keep holding its
-	// passphrase and the payload where it is. area is the whole new header
+	// passphrase and the payload where it is. The UUID stays unless
+	// p.UUID gives another; p.VolumeKey, if set, is the new volume key
+	// instead of a random one. area is the whole new header
 	// area (at least room bytes are never needed: a header that does not
 	// fit in room bytes is an error). The caller clears volumeKey and area.
 	Rekey(p Params, keep map[int][]byte, room int64) (h Header, volumeKey, area []byte, err error)

@@ -50,8 +50,9 @@ func (h *LUKS1) SlotKDF(o KDFOptions) (KDF, error) {
 }
 
 // Rekey formats a header with p's cipher, hash, key size and cost under a
-// new volume key and puts each passphrase of keep into its slot, with the
-// same iterations for all (measured once). The payload offset stays h's;
+// new volume key (p.VolumeKey, or a random one) and p.UUID (h's if empty)
+// and puts each passphrase of keep into its slot, with the same
+// iterations for all (measured once). The payload offset stays h's;
 // the new key slots must end within room bytes (the payload offset of a
 // raw image, the LUKS area of a qcow2 image). area, max(h.AreaSize(),
 // the new AreaSize()) rounded up to a sector, holds the phdr, zeros up to
@@ -68,6 +69,9 @@ func (h *LUKS1) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 		}
 	}
 	p.AlignSectors = 8
+	if p.UUID == "" {
+		p.UUID = h.UUID
+	}
 	nh, vk, fresh, err := formatLUKS1(keep[slots[0]], p)
 	if err != nil {
 		return nil, nil, nil, err

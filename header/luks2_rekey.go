@@ -90,10 +90,12 @@ func (h *LUKS2) Install(area []byte) *Update {
 // size and hash (the data segment keeps its offset, size, sector size and
 // iv_tweak), each passphrase of keep in its keyslot with one KDF (p's,
 // benchmarked once) and its old priority, tokens without the removed
-// keyslots, and the label, subsystem, flags and UUID kept. area is the
-// whole header area: both copies at two seqids past h (Mark takes the one
-// between), the new key material, and random bytes over the rest of the
-// keyslots area, so no old keyslot survives in it.
+// keyslots, and the label, subsystem, flags and UUID kept. A p.UUID
+// other than h's is the new header's UUID, and p.VolumeKey, if set, the
+// new volume key instead of a random one (a key derived from the UUID).
+// area is the whole header area: both copies at two seqids past h (Mark
+// takes the one between), the new key material, and random bytes over the
+// rest of the keyslots area, so no old keyslot survives in it.
 func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte, []byte, error) {
 	if err := h.writable(); err != nil {
 		return nil, nil, nil, err
@@ -107,10 +109,9 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 	if err := h.rekeyIntegrity(&p); err != nil {
 		return nil, nil, nil, err
 	}
-	if p.UUID != "" && p.UUID != h.bin.UUID {
-		return nil, nil, nil, fmt.Errorf("header: Rekey keeps the UUID")
+	if p.UUID == "" {
+		p.UUID = h.bin.UUID
 	}
-	p.UUID = h.bin.UUID
 	p, err := p.withDefaults()
 	if err != nil {
 		return nil, nil, nil, err
@@ -123,7 +124,9 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 		return nil, nil, nil, err
 	}
 	vk := make([]byte, p.KeyBytes)
-	if _, err := io.ReadFull(p.Rand, vk); err != nil {
+	if p.VolumeKey != nil {
+		copy(vk, p.VolumeKey) // withDefaults made KeyBytes its length
+	} else if _, err := io.ReadFull(p.Rand, vk); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading random volume key: %w", err)
 	}
 	fail := func(err error) (Header, []byte, []byte, error) {
@@ -140,6 +143,7 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 	}
 
 	n := h.clone()
+	n.bin.UUID = p.UUID
 	seg := *h.data()
 	seg.Encryption, seg.changed = p.Cipher, true
 	if p.Integrity != "" {

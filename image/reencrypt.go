@@ -6,6 +6,7 @@ package image
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -42,12 +43,28 @@ type ReencryptOptions struct {
 	// Confirm, if set, is called on a fresh start, before anything is
 	// written, with the slots that will be removed; an error aborts.
 	Confirm func(removed []int) error
+	// UUID, if set, is the new header's UUID; "" keeps the image's.
+	UUID string
+	// VolumeKey, if set, gives the new volume key instead of a random
+	// one: the key of keyBytes bytes for the new header's UUID (in its
+	// canonical form), such as a key derived from a master secret
+	// (package header/derive). It is called on a fresh start, before
+	// Confirm; a key equal to the old one is refused with
+	// ErrSameVolumeKey. When an interrupted run is continued it is called
+	// again, and a key that is not the one the run started with is
+	// refused with ErrVolumeKeyMismatch before anything is written.
+	VolumeKey func(uuid string, keyBytes int) ([]byte, error)
 	// Header, if set, is the detached header file of the image
 	// (cryptsetup --header): the header is read, marked and replaced
 	// there, and the data, from the header's payload offset, in img.
 	Header File
 	InPlaceOptions
 }
+
+// ErrSameVolumeKey refuses a reencryption whose new volume key is the old
+// one, as a key derived from the master and UUID the image's key was
+// derived from is.
+var ErrSameVolumeKey = errors.New("the new volume key is the image's current one")
 
 func isQcow2(img io.ReaderAt) bool { return qcow2.IsQcow2(img) }
 
@@ -186,6 +203,11 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	nh, err := header.Read(bytes.NewReader(area), 0, int64(len(area)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
+	}
+	if resumed {
+		if err := checkResumedKey(nh, o); err != nil {
+			return nil, err
+		}
 	}
 	if kept == nil {
 		for i := range nh.NumSlots() {
@@ -366,6 +388,95 @@ func sameSpotWindows(c *converter, img File, exts []sectors.Extent, ss int64, t 
 	}
 }
 
+// checkResumedKey refuses to continue a reencryption towards another UUID
+// or volume key than o asks for: the run would finish with a key that is
+// not the one the caller means.
+func checkResumedKey(nh header.Header, o ReencryptOptions) error {
+	ni := nh.Info()
+	nu, err := header.CanonicalUUID(ni.UUID)
+	if err != nil {
+		return err
+	}
+	if o.UUID != "" {
+		u, err := header.CanonicalUUID(o.UUID)
+		if err != nil {
+			return err
+		}
+		if u != nu {
+			return fmt.Errorf("the unfinished reencryption gives the image UUID %s, not %s", nu, u)
+		}
+	}
+	if o.VolumeKey == nil {
+		return nil
+	}
+	vk, err := o.VolumeKey(nu, ni.KeyBytes)
+	if err != nil {
+		return err
+	}
+	defer clear(vk)
+	if !nh.VerifyVolumeKey(vk) {
+		return fmt.Errorf("the unfinished reencryption was started with another new key: %w", ErrVolumeKeyMismatch)
+	}
+	return nil
+}
+
+// newKeyBytes is the volume key size Rekey gives p: its KeyBytes, or the
+// default of its cipher (with the MAC key of an authenticated one).
+func newKeyBytes(p header.Params) (int, error) {
+	if p.KeyBytes != 0 {
+		return p.KeyBytes, nil
+	}
+	if p.Integrity != "" {
+		m, err := cipher.ParseAuth(p.Cipher, p.Integrity)
+		if err != nil {
+			return 0, err
+		}
+		return m.DefaultCipherKeyBytes + m.MACKeyBytes, nil
+	}
+	m, err := cipher.Parse(p.Cipher)
+	if err != nil {
+		return 0, &header.UnsupportedCipherError{Spec: p.Cipher}
+	}
+	return m.DefaultKeyBytes, nil
+}
+
+// givenVolumeKey sets p's UUID and volume key from o, checking that the
+// key is new: old is the image's current volume key.
+func givenVolumeKey(p *header.Params, o ReencryptOptions, old []byte) error {
+	if o.UUID != "" {
+		u, err := header.CanonicalUUID(o.UUID)
+		if err != nil {
+			return err
+		}
+		p.UUID = u
+	}
+	if o.VolumeKey == nil {
+		return nil
+	}
+	n, err := newKeyBytes(*p)
+	if err != nil {
+		return err
+	}
+	u, err := header.CanonicalUUID(p.UUID)
+	if err != nil {
+		return err
+	}
+	vk, err := o.VolumeKey(u, n)
+	if err != nil {
+		return err
+	}
+	if len(vk) != n {
+		clear(vk)
+		return fmt.Errorf("the new volume key is %d bytes, want %d", len(vk), n)
+	}
+	if subtle.ConstantTimeCompare(vk, old) == 1 {
+		clear(vk)
+		return ErrSameVolumeKey
+	}
+	p.KeyBytes, p.VolumeKey = n, vk
+	return nil
+}
+
 // applyMark marks the header h at base busy; idempotent.
 func applyMark(img File, base int64, h header.Header) error {
 	u, err := h.Mark()
@@ -426,12 +537,18 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	// Every passphrase must open a slot; those slots are kept.
 	slotOf := map[int][]byte{}
 	var kept []int
+	var oldVK []byte
+	defer func() { clear(oldVK) }()
 	for i, p := range o.Passphrases {
 		vk, slot, err := oh.Unlock(loc.hf, loc.off, p, -1)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("key %d: %w", i+1, err)
 		}
-		clear(vk)
+		if oldVK == nil {
+			oldVK = vk
+		} else {
+			clear(vk)
+		}
 		if _, dup := slotOf[slot]; !dup {
 			slotOf[slot] = p
 			kept = append(kept, slot)
@@ -442,11 +559,6 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	for i := range oh.NumSlots() {
 		if oh.SlotActive(i) && slotOf[i] == nil {
 			removed = append(removed, i)
-		}
-	}
-	if o.Confirm != nil {
-		if err := o.Confirm(removed); err != nil {
-			return nil, nil, nil, err
 		}
 	}
 	oi := oh.Info()
@@ -475,6 +587,15 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 				return nil, nil, nil, err
 			}
 			p.KeyBytes += m.MACKeyBytes
+		}
+	}
+	if err := givenVolumeKey(&p, o, oldVK); err != nil {
+		return nil, nil, nil, err
+	}
+	defer clear(p.VolumeKey)
+	if o.Confirm != nil {
+		if err := o.Confirm(removed); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	room := loc.limit

@@ -466,6 +466,17 @@ func deriveVolumeKey(g *globalOptions, file, uuid string, keyBytes int) ([]byte,
 	if err != nil {
 		return nil, err
 	}
+	m, err := readMaster(g, file)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Clear()
+	return m.VolumeKey(u, keyBytes)
+}
+
+// readMaster reads the master secret of --master-key-file; the caller
+// clears the Master.
+func readMaster(g *globalOptions, file string) (*derive.Master, error) {
 	mk, err := readKeyFile(g, keyOptions{keyFile: file})
 	if err != nil {
 		return nil, err
@@ -475,6 +486,5 @@ func deriveVolumeKey(g *globalOptions, file, uuid string, keyBytes int) ([]byte,
 	if err != nil {
 		return nil, usagef("--master-key-file: %v", err)
 	}
-	defer m.Clear()
-	return m.VolumeKey(u, keyBytes)
+	return m, nil
 }

@@ -26,6 +26,10 @@ type reencryptOptions struct {
 	resume  bool
 	hotzone int64
 	jsonOut bool
+	// masterKeyFile derives the new volume key from a master secret and
+	// the new UUID, uuid (default with a master: a fresh random one).
+	masterKeyFile string
+	uuid          string
 }
 
 func newReencryptCommand(g *globalOptions) *cobra.Command {
@@ -51,15 +55,27 @@ the magic LUKS\xde\xad, as cryptsetup marks a LUKS1 device during its
 reencryption, LUKS2 with the mandatory requirement cryptimg-busy-v1 (cryptsetup
 then refuses to activate it or change its metadata). A LUKS2 image keeps its
 label, subsystem, sector size, flags, token (without the removed key slots)
-and key slot priorities; its new key slots use --pbkdf (argon2id by default). If the run is
-interrupted (Ctrl-C, kill, power loss), run the same command again, or with
---resume, with the same key files: it continues where it stopped. Until then
-cryptimg refuses other writes to the image (exit 5). Keep the journal with
-the image.
+and key slot priorities; its new key slots use --pbkdf (argon2id by default).
+
+The UUID stays unless --uuid gives a new one. --master-key-file derives the
+new volume key from the master secret in FILE and the image's new UUID, as
+encrypt, create and clone do, and gives the image a fresh random UUID unless
+--uuid says otherwise: a derived key is a function of master and UUID, so the
+same master and UUID would give back the same key. With --uuid set to the
+image's own UUID the image keeps it, and reencrypt refuses a master that
+gives the key the image already has (the one it was made with). add-key
+--master-key-file then restores access with the master alone.
+
+If the run is interrupted (Ctrl-C, kill, power loss), run the same command
+again, or with --resume, with the same key files: it continues where it
+stopped (with the UUID and key it started with; another --master-key-file is
+refused). Until then cryptimg refuses other writes to the image (exit 5).
+Keep the journal with the image.
 ` + exitStatusHelp + `  5    busy: the image has an unfinished reencrypt or in-place operation
 `,
 		Example: `  cryptimg reencrypt -d key.bin disk.luks
   cryptimg reencrypt -d key.bin --keep-key-file colleague.key -q vm.qcow2
+  cryptimg reencrypt -d key.bin --master-key-file master.key --json disk.luks
   cryptimg reencrypt -d key.bin --resume disk.luks`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -76,6 +92,8 @@ the image.
 	f.BoolVar(&o.resume, "resume", false, "only continue an interrupted reencryption; fail if there is none")
 	f.Int64Var(&o.hotzone, "hotzone-size", 0, "bytes converted per crash-safe step, a multiple of 512 (default 8 MiB)")
 	f.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout")
+	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the new volume key from the master secret in FILE and the new UUID (HKDF-SHA512; a fresh random UUID unless --uuid)")
+	f.StringVar(&o.uuid, "uuid", "", "UUID of the new header (default: unchanged; with --master-key-file a fresh random one)")
 	return cmd
 }
 
@@ -137,6 +155,14 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	if err := checkHotzone(o.hotzone); err != nil {
 		return err
 	}
+	if o.uuid != "" {
+		if _, err := header.CanonicalUUID(o.uuid); err != nil {
+			return usagef("--uuid %s: %v", o.uuid, err)
+		}
+	}
+	if o.masterKeyFile == stdio && (o.key.keyFile == stdio || slices.Contains(o.keep, stdio)) {
+		return usagef("only one key can be read from stdin")
+	}
 	so, err := o.pbkdf.slotOptions(-1)
 	if err != nil {
 		return err
@@ -194,9 +220,27 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 		}
 		passes = append(passes, k)
 	}
+	uuid := o.uuid
+	var deriveKey func(string, int) ([]byte, error)
+	if o.masterKeyFile != "" {
+		m, err := readMaster(g, o.masterKeyFile)
+		if err != nil {
+			return err
+		}
+		defer m.Clear()
+		deriveKey = m.VolumeKey
+		if uuid == "" && !resuming {
+			// A key derived from the same master and UUID would be the
+			// old one if the image was made with this master.
+			if uuid, err = header.RandomUUID(nil); err != nil {
+				return err
+			}
+		}
+	}
 	prog := g.newProgress("reencrypt")
 	start := time.Now()
 	ro := image.ReencryptOptions{
+		UUID: uuid, VolumeKey: deriveKey,
 		Passphrases: passes, Cipher: o.cipher, KeyBytes: keyBytes, Hash: o.hash,
 		IterTime: so.IterTime, ForceIterations: so.ForceIterations,
 		PBKDF: so.PBKDF, PBKDFMemory: so.PBKDFMemory, PBKDFParallel: so.PBKDFParallel,
@@ -213,6 +257,9 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	}
 	r, err := image.Reencrypt(cmd.Context(), f, image.Sidecar(path), ro)
 	prog.finish(err == nil)
+	if errors.Is(err, image.ErrSameVolumeKey) {
+		return fmt.Errorf("%s: %w: the image's key was derived from this --master-key-file and UUID %s; leave out --uuid for a fresh UUID, or use another master", path, err, uuid)
+	}
 	if err != nil {
 		return interrupted(path, "reencrypt", err)
 	}
@@ -263,7 +310,7 @@ func reportInPlace(g *globalOptions, asJSON bool, path string, r *image.Result, 
 	}
 	switch r.Op {
 	case image.OpReencrypt:
-		info(g, "reencrypted %s (%s, new %d-bit key, key slots %v kept, %v removed) in %.2fs", path, humanBytes(r.Bytes), s.KeyBits, r.Kept, r.Removed, s.Seconds)
+		info(g, "reencrypted %s (%s, new %d-bit key, UUID %s, key slots %v kept, %v removed) in %.2fs", path, humanBytes(r.Bytes), s.KeyBits, s.UUID, r.Kept, r.Removed, s.Seconds)
 	case image.OpEncrypt:
 		info(g, "encrypted %s in place (%s, %s, %d-bit key, key slot 0) in %.2fs", path, humanBytes(r.Bytes), s.Cipher, s.KeyBits, s.Seconds)
 	default:
