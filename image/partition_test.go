@@ -142,7 +142,7 @@ func TestEncryptPartitionErrors(t *testing.T) {
 		part int
 		want error
 	}{
-		{notGPT, 1, ErrNoGPT},
+		{notGPT, 1, ErrNoTable},
 		{orig, 3, ErrNoPartition},
 	} {
 		src, _ := os.Open(c.path)

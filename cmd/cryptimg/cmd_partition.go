@@ -18,16 +18,23 @@ type partitionFlags struct {
 
 func (p *partitionFlags) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.IntVar(&p.index, "partition", 0, "work on GPT partition N of the disk image only (see PARTITIONS below)")
-	f.StringVar(&p.typ, "partition-type", "", "with --partition: set the partition's GPT type GUID (default: keep it)")
-	f.StringVar(&p.name, "partition-name", "", "with --partition: set the partition's GPT name (default: keep it)")
+	f.IntVar(&p.index, "partition", 0, "work on partition N of the disk image only: a GPT partition, or a primary MBR partition (1-4) (see PARTITIONS below)")
+	f.StringVar(&p.typ, "partition-type", "", "with --partition: set the partition's type, a GPT type GUID or an MBR type byte in hex such as 83 (default: keep it)")
+	f.StringVar(&p.name, "partition-name", "", "with --partition: set the partition's GPT name (default: keep it; an MBR has no names)")
 }
 
-func (p *partitionFlags) options(cmd *cobra.Command) (image.PartitionOptions, error) {
-	o := image.PartitionOptions{Partition: p.index, Type: p.typ}
+// options checks the partition flags and the output format and returns
+// them as the library's options.
+func (p *partitionFlags) options(cmd *cobra.Command, outputFormat string, clusterSize int64) (image.PartitionOptions, error) {
+	o := image.PartitionOptions{Partition: p.index, Type: p.typ, ClusterSize: clusterSize}
 	if p.index < 1 {
 		return o, usagef("--partition must be a partition number (1 or more)")
 	}
+	format, err := parseFormat(outputFormat)
+	if err != nil {
+		return o, err
+	}
+	o.Format = format
 	if cmd.Flags().Changed("partition-name") {
 		name := p.name
 		o.Name = &name
@@ -37,21 +44,35 @@ func (p *partitionFlags) options(cmd *cobra.Command) (image.PartitionOptions, er
 
 const partitionHelp = `
 PARTITIONS
-  With --partition N, INPUT is a GPT disk image and OUTPUT a copy of it in
-  which only partition N changes: encrypt turns it into a LUKS1 container of
-  its former contents (the layout cryptsetup luksFormat gives it), growing it
-  by the LUKS payload offset and moving later partitions by that amount
-  rounded up to 1 MiB; both GPT copies are rewritten, and the partition's type
-  and name are kept unless --partition-type or --partition-name is given.
-  decrypt --partition N reverses it byte for byte.
+  With --partition N, INPUT is a partitioned disk image (GPT, or MBR/DOS)
+  and OUTPUT a copy of it in which only partition N changes: encrypt turns it
+  into a LUKS container of its former contents (the layout cryptsetup
+  luksFormat gives it; LUKS1, or LUKS2 with --type luks2), growing it by the
+  LUKS payload offset and moving later partitions by that amount rounded up
+  to 1 MiB; the partition table is rewritten (both GPT copies; on an MBR only
+  the entries that change, boot code and disk signature kept), and the
+  partition's type and name are kept unless --partition-type or
+  --partition-name is given. decrypt --partition N reverses it byte for byte.
+
+  On an MBR disk N is 1-4 for the primary partitions; logical partitions (5
+  on) and the extended partition holding them cannot be encrypted, but an
+  extended partition after N moves whole, its logical partitions with it.
+  An MBR reaches 2^32 sectors: a layout past that is refused.
+
+  INPUT may be raw or a plain qcow2 image; OUTPUT has INPUT's format unless
+  --output-format says otherwise (--cluster-size sets a qcow2 OUTPUT's
+  clusters). A qcow2 OUTPUT is a plain qcow2 disk whose partition N holds
+  the LUKS container: qcow2's own encryption is not used (so --type luks2
+  works here too), qemu attaches the disk without a key and the guest opens
+  the partition with cryptsetup.
+  Only clusters holding data are stored; the encrypted partition is stored
+  whole.
 `
 
 // withPartitionEncrypt adds --partition to the encrypt command.
 func withPartitionEncrypt(cmd *cobra.Command, g *globalOptions, o *encryptOptions) *cobra.Command {
-	return withPartition(cmd, "encrypt", "disk.img disk-encrypted-root.img",
-		func() bool {
-			return o.inPlace || o.resume || o.outputFormat != "" && o.outputFormat != string(image.Raw)
-		},
+	return withPartition(cmd, "encrypt", []string{"disk.img disk-encrypted-root.img", "vm.qcow2 vm-encrypted-root.qcow2", "-O raw vm.qcow2 disk-encrypted-root.img"},
+		func() bool { return o.inPlace || o.resume },
 		func(c *cobra.Command, p partitionFlags, in, out string) error {
 			return runEncryptPartition(c, g, *o, p, in, out)
 		})
@@ -59,10 +80,8 @@ func withPartitionEncrypt(cmd *cobra.Command, g *globalOptions, o *encryptOption
 
 // withPartitionDecrypt adds --partition to the decrypt command.
 func withPartitionDecrypt(cmd *cobra.Command, g *globalOptions, o *decryptOptions) *cobra.Command {
-	return withPartition(cmd, "decrypt", "disk-encrypted-root.img disk.img",
-		func() bool {
-			return o.inPlace || o.resume || o.outputFormat != "" && o.outputFormat != string(image.Raw)
-		},
+	return withPartition(cmd, "decrypt", []string{"disk-encrypted-root.img disk.img", "vm-encrypted-root.qcow2 vm.qcow2"},
+		func() bool { return o.inPlace || o.resume },
 		func(c *cobra.Command, p partitionFlags, in, out string) error {
 			return runDecryptPartition(c, g, *o, p, in, out)
 		})
@@ -71,12 +90,14 @@ func withPartitionDecrypt(cmd *cobra.Command, g *globalOptions, o *decryptOption
 // withPartition adds the --partition flags to an encrypt or decrypt
 // command and sends the command to run when --partition is given;
 // conflicts reports flags that cannot go with it.
-func withPartition(cmd *cobra.Command, op, exampleArgs string, conflicts func() bool,
+func withPartition(cmd *cobra.Command, op string, examples []string, conflicts func() bool,
 	run func(c *cobra.Command, p partitionFlags, in, out string) error) *cobra.Command {
 	var p partitionFlags
 	p.addFlags(cmd)
 	cmd.Long += partitionHelp
-	cmd.Example += "\n  cryptimg " + op + " -d key.bin --partition 2 " + exampleArgs
+	for _, args := range examples {
+		cmd.Example += "\n  cryptimg " + op + " -d key.bin --partition 2 " + args
+	}
 	next := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if !c.Flags().Changed("partition") {
@@ -86,7 +107,7 @@ func withPartition(cmd *cobra.Command, op, exampleArgs string, conflicts func() 
 			return next(c, args)
 		}
 		if conflicts() {
-			return usagef("--partition writes a raw disk image: it excludes --in-place, --resume and --output-format qcow2")
+			return usagef("--partition writes a new disk image: it excludes --in-place and --resume")
 		}
 		if c.Flags().Lookup("header").Changed {
 			return usagef("--partition keeps the header in the partition: it excludes --header")
@@ -100,7 +121,7 @@ func withPartition(cmd *cobra.Command, op, exampleArgs string, conflicts func() 
 }
 
 func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions, p partitionFlags, in, out string) error {
-	po, err := p.options(cmd)
+	po, err := p.options(cmd, o.outputFormat, o.clusterSize)
 	if err != nil {
 		return err
 	}
@@ -143,14 +164,14 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	}
 	h := res.Header
 	return g.report(o.json, summary{
-		Op: "encrypt", Input: in, Output: out, Format: string(image.Raw),
+		Op: "encrypt", Input: in, Output: out, Format: string(res.Format),
 		Bytes: res.Size - h.Info().PayloadOffset, Seconds: time.Since(start).Seconds(),
 		volumeJSON: volumeOf(h, 0),
 	})
 }
 
 func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions, p partitionFlags, in, out string) error {
-	po, err := p.options(cmd)
+	po, err := p.options(cmd, o.outputFormat, o.clusterSize)
 	if err != nil {
 		return err
 	}
@@ -182,7 +203,7 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	prog := g.newProgress("decrypt")
 	po.Pipeline = g.pipeline(prog)
 	start := time.Now()
-	_, err = image.DecryptPartition(cmd.Context(), dst.File, src, e, k, po)
+	res, err := image.DecryptPartition(cmd.Context(), dst.File, src, e, k, po)
 	prog.finish(err == nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
@@ -191,7 +212,7 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 		return err
 	}
 	return g.report(o.json, summary{
-		Op: "decrypt", Input: in, Output: out, Format: string(image.Raw),
+		Op: "decrypt", Input: in, Output: out, Format: string(res.Format),
 		Bytes: e.PayloadSize, Seconds: time.Since(start).Seconds(),
 		volumeJSON: volumeOf(e.Header, k.Slot),
 	})

@@ -174,7 +174,7 @@ func TestPartitionOptions(t *testing.T) {
 		{[]string{"encrypt", "-d", key, "--partition", "0", orig, filepath.Join(dir, "x")}, exitFailure, "--partition must be"},
 		{[]string{"encrypt", "-d", key, "--partition-name", "x", orig, filepath.Join(dir, "x")}, exitFailure, "need --partition"},
 		{[]string{"encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "--partition", "1", "--partition-type", "nope", orig, filepath.Join(dir, "x")}, exitFailure, "invalid partition type"},
-		{[]string{"encrypt", "-d", key, "--partition", "1", key, filepath.Join(dir, "x")}, exitFailure, "no valid GPT"},
+		{[]string{"encrypt", "-d", key, "--partition", "1", key, filepath.Join(dir, "x")}, exitFailure, "image size is not a multiple of 512 bytes"},
 		{[]string{"decrypt", "-d", key, "--partition", "1", enc, filepath.Join(dir, "x")}, exitBadImage, ""},
 		{[]string{"decrypt", "-d", writeFile(t, filepath.Join(dir, "bad"), "bad"), "--partition", "2", enc, filepath.Join(dir, "x")}, exitNoKey, ""},
 	} {
