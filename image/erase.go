@@ -2,6 +2,7 @@ package image
 
 import (
 	"io"
+	"slices"
 
 	"github.com/cryptimg/cryptimg/header"
 )
@@ -24,28 +25,54 @@ import (
 // metadata of a LUKS2 header with requirements cryptimg does not know is
 // read-only and is refused before anything is written.
 func (e *Encrypted) Erase(rnd io.Reader) error {
+	_, err := e.EraseSlots(rnd)
+	return err
+}
+
+// Erased is what EraseSlots destroyed, in slot order.
+type Erased struct {
+	// Removed are the slots that were active: each is disabled and its
+	// key material overwritten.
+	Removed []int
+	// Wiped are the slots whose key material areas were overwritten: the
+	// removed ones, and a LUKS1 header's disabled ones too.
+	Wiped []int
+}
+
+// EraseSlots is Erase, and reports the slots it removed and wiped. After
+// an error it reports what was done before it.
+func (e *Encrypted) EraseSlots(rnd io.Reader) (r Erased, err error) {
+	defer func() { slices.Sort(r.Wiped) }()
 	f, err := e.rw()
 	if err != nil {
-		return err
+		return r, err
 	}
 	rnd = randOr(rnd)
+	for slot := range e.Header.NumSlots() {
+		if e.Header.SlotActive(slot) {
+			r.Removed = append(r.Removed, slot)
+		}
+	}
 	if _, ok := e.Header.(*header.LUKS1); ok {
 		for slot := range e.Header.NumSlots() {
 			if e.Header.SlotActive(slot) {
 				continue
 			}
 			if err := e.apply(f)(e.Header.WipeSlot(slot, rnd)); err != nil {
-				return err
+				r.Removed = nil
+				return r, err
 			}
+			r.Wiped = append(r.Wiped, slot)
 		}
 	}
-	for slot := range e.Header.NumSlots() {
-		if !e.Header.SlotActive(slot) {
-			continue
-		}
+	removed := r.Removed
+	r.Removed = nil
+	for _, slot := range removed {
 		if err := e.killSlot(f, slot, rnd); err != nil {
-			return err
+			return r, err
 		}
+		r.Removed = append(r.Removed, slot)
+		r.Wiped = append(r.Wiped, slot)
 	}
-	return nil
+	return r, nil
 }

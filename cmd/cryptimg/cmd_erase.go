@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/spf13/cobra"
 )
 
 func newEraseCommand(g *globalOptions) *cobra.Command {
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "erase [flags] IMAGE",
 		Short: "Destroy every key slot, making the data unrecoverable without a header backup",
@@ -22,19 +25,25 @@ A crash at any moment leaves each slot either working or disabled, never
 half written. With --header only the header file changes.
 
 It asks for YES on a terminal unless --batch-mode is given, and is refused
-on a non-terminal without --batch-mode.
+on a non-terminal without --batch-mode. --json prints what was destroyed on
+stdout: {"message_type":"erase","image":…,"header":…?,"type":"luks1"|"luks2",
+"format":"raw"|"qcow2","key_slots":[…],"wiped_slots":[…]}, key_slots the
+slots that were active, wiped_slots every slot whose key material was
+overwritten.
 ` + exitStatusHelp,
 		Example: `  cryptimg erase disk.luks
+  cryptimg erase -q --json vm.qcow2
   cryptimg erase -q --header disk.hdr disk.img`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runErase(g, args[0])
+			return runErase(g, args[0], asJSON)
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was erased as JSON on stdout")
 	return cmd
 }
 
-func runErase(g *globalOptions, path string) error {
+func runErase(g *globalOptions, path string, asJSON bool) error {
 	if err := mustConfirm(g, "erase"); err != nil {
 		return err
 	}
@@ -48,9 +57,25 @@ func runErase(g *globalOptions, path string) error {
 	if err := confirm(g, warning); err != nil {
 		return err
 	}
-	if err := e.Erase(nil); err != nil {
+	r, err := e.EraseSlots(nil)
+	if err != nil {
 		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	if asJSON {
+		return json.NewEncoder(g.stdout).Encode(eraseJSON{
+			MessageType: "erase", Image: path, Header: g.header,
+			Type: "luks" + strconv.Itoa(e.Header.Info().Version), Format: string(e.Format),
+			KeySlots: nonNil(r.Removed), WipedSlots: nonNil(r.Wiped),
+		})
 	}
 	info(g, "%s: all key slots erased (%d were active)", f.Name(), active)
 	return nil
+}
+
+// nonNil makes an empty list [] in JSON, not null.
+func nonNil(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s
 }

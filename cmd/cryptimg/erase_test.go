@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -337,4 +338,71 @@ func TestEraseRefusesBusy(t *testing.T) {
 	}
 	mustRun(t, "reencrypt", "--resume", "--key-file", key, img)
 	mustRun(t, "test-key", "-d", key, img)
+}
+
+// TestEraseJSON: erase --json reports the image, its type and container,
+// the slots that were active and every slot whose key material was
+// overwritten, as one object on stdout and nothing on stderr.
+func TestEraseJSON(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	key2 := writeFile(t, filepath.Join(dir, "key2"), "second")
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	erase := func(args ...string) eraseJSON {
+		t.Helper()
+		r := mustRun(t, append([]string{"erase", "-q", "--json"}, args...)...)
+		var s eraseJSON
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil || dec.More() || r.stderr != "" {
+			t.Fatalf("erase --json: stdout %q (%v), stderr %q", r.stdout, err, r.stderr)
+		}
+		return s
+	}
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	for _, c := range []struct {
+		name, typ, format string
+		enc               []string
+		slot              string // the second key's
+		wiped             []int
+	}{
+		{"luks1", "luks1", "raw", nil, "3", all},
+		{"luks2", "luks2", "raw", []string{"--type", "luks2", "--pbkdf", "pbkdf2"}, "9", []int{0, 9}},
+		{"qcow2", "luks1", "qcow2", []string{"-O", "qcow2"}, "5", all},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(dir, c.name+".img")
+			fastEncrypt(t, key, plain, img, c.enc...)
+			mustRun(t, "add-key", "-q", "-d", key, "--new-key-file", key2, "-S", c.slot, "--pbkdf", "pbkdf2", fastIter, img)
+			s := erase(img)
+			want := eraseJSON{MessageType: "erase", Image: img, Type: c.typ, Format: c.format}
+			if got := fmt.Sprint(s.KeySlots, s.WipedSlots); got != fmt.Sprint([]int{0, mustAtoi(t, c.slot)}, c.wiped) {
+				t.Errorf("key_slots, wiped_slots = %s", got)
+			}
+			s.KeySlots, s.WipedSlots = nil, nil
+			if fmt.Sprint(s) != fmt.Sprint(want) {
+				t.Errorf("erase --json: %+v, want %+v", s, want)
+			}
+			// Nothing left to remove: [] (not null), and LUKS1 still
+			// overwrites every area.
+			s = erase(img)
+			if s.KeySlots == nil || len(s.KeySlots) != 0 || (c.typ == "luks1") != (len(s.WipedSlots) == 8) {
+				t.Errorf("second erase: %+v", s)
+			}
+		})
+	}
+	hdr, data := filepath.Join(dir, "d.hdr"), filepath.Join(dir, "d.data")
+	fastEncrypt(t, key, plain, data, "--header", hdr, "--type", "luks2", "--pbkdf", "pbkdf2")
+	if s := erase("--header", hdr, data); s.Header != hdr || s.Image != data || s.Type != "luks2" || s.Format != "raw" || fmt.Sprint(s.KeySlots) != "[0]" {
+		t.Errorf("erase --json --header: %+v", s)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
