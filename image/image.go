@@ -1,8 +1,33 @@
-// Package image reads and writes encrypted disk images: raw LUKS1 files, as
-// cryptsetup and qemu's "luks" driver make them, and (later) qcow2 with an
-// embedded LUKS1 header. It decides where the encrypted sectors live in the
-// file and which IV sector number each one gets, and drives package sectors
-// to move the data through the essiv transform.
+// Package image reads and writes encrypted disk images: raw LUKS1 and
+// LUKS2 files, as cryptsetup and qemu's "luks" driver make them, and qcow2
+// files with an embedded LUKS1 header (qemu's encrypt.format=luks). It
+// decides where the encrypted sectors live in the file and which IV sector
+// number each one gets, and drives package sectors to move the data
+// through the header's cipher (package header/cipher).
+//
+// The main entry points:
+//
+//   - [OpenPlain] opens a plaintext raw or qcow2 image, and [Encrypt] (or
+//     [EncryptRaw], [Create] for an empty image) writes it encrypted, best
+//     into a [CreateOutput] file that appears under its name only when
+//     complete; the package example "Encrypt" (example_test.go) shows the
+//     whole round trip.
+//   - [Open] reads an encrypted image's header ([OpenDetached] with a
+//     cryptsetup --header file), [Encrypted.Unlock] turns a passphrase into
+//     a [Key], and then [Encrypted.DecryptTo] writes the plaintext out,
+//     [Encrypted.View] gives it as an io.ReaderAt and io.WriterAt that
+//     decrypts and encrypts in place, and [NewStorage] hands that view to
+//     go-diskfs; the example "Partitions" lists a GPT disk's partitions
+//     that way.
+//   - The key slots change through [Encrypted.AddKey], [Encrypted.RemoveKey],
+//     [Encrypted.ChangeKey], [Encrypted.KillSlot] and [Encrypted.Erase], each
+//     in the order the format commits it.
+//   - In place and crash-safe, with a journal ([Sidecar]): [Reencrypt] (a
+//     new volume key), [EncryptInPlace] and [DecryptInPlace]; [Encrypted.Clone]
+//     copies an image under a new key in one pass.
+//
+// Errors name no command-line flags; the sentinels (ErrBusy, ErrCorrupt,
+// header.ErrNoMatchingKeyslot, ...) are for errors.Is.
 //
 // IV numbering (the rule that decides interoperability):
 //
