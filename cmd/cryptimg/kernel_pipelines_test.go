@@ -5,9 +5,12 @@ import "testing"
 // TestKernelPipelines boots the kernel once for the build-pipeline
 // commands: images grown by resize open in dm-crypt and read back what was
 // written after the old end, and what the kernel writes there is read by
-// cryptimg (kernelResizeChecks).
+// cryptimg (kernelResizeChecks); partition 2 of an MBR disk, encrypted by
+// --partition (LUKS1, LUKS2, and through a qcow2 output), opens and reads
+// its old data while partitions 1 and 3 are unchanged (kernelMBRChecks).
 func TestKernelPipelines(t *testing.T) {
 	o := newOracle(t)
 	kernelResizeChecks(t, o, t.TempDir())
+	kernelMBRChecks(t, o, t.TempDir())
 	o.run()
 }
