@@ -7,10 +7,13 @@ import "testing"
 // written after the old end, and what the kernel writes there is read by
 // cryptimg (kernelResizeChecks); partition 2 of an MBR disk, encrypted by
 // --partition (LUKS1, LUKS2, and through a qcow2 output), opens and reads
-// its old data while partitions 1 and 3 are unchanged (kernelMBRChecks).
+// its old data while partitions 1 and 3 are unchanged (kernelMBRChecks);
+// images made by create and written on the host, and clones with new or
+// derived keys, open and read back (kernelCreateCloneChecks).
 func TestKernelPipelines(t *testing.T) {
 	o := newOracle(t)
 	kernelResizeChecks(t, o, t.TempDir())
 	kernelMBRChecks(t, o, t.TempDir())
+	kernelCreateCloneChecks(t, o, t.TempDir())
 	o.run()
 }
