@@ -5,28 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/cryptimg/cryptimg/image"
 )
 
 // hostVolumeKey is the volume key of the image at path as cryptimg
 // unlocks it with passphrase pass.
 func hostVolumeKey(t *testing.T, path, pass string) []byte {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	e, err := image.Open(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := e.Unlock([]byte(pass), -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Clear()
+	_, _, k := unlockedImage(t, path, pass, os.O_RDONLY)
 	return bytes.Clone(k.VolumeKey())
 }
 

@@ -16,15 +16,16 @@ import (
 	"github.com/cryptimg/cryptimg/image"
 )
 
-// imageIO opens the image at path read-write with key and calls fn with
-// its writable view.
-func imageIO(t *testing.T, path, key string, fn func(v image.View)) {
+// unlockedImage opens the image at path (flag: os.O_RDONLY or os.O_RDWR)
+// and unlocks it with key; the file is closed and the key cleared when the
+// test ends.
+func unlockedImage(t *testing.T, path, key string, flag int) (*os.File, *image.Encrypted, *image.Key) {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	e, err := image.Open(f)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,15 @@ func imageIO(t *testing.T, path, key string, fn func(v image.View)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Clear()
+	t.Cleanup(k.Clear)
+	return f, e, k
+}
+
+// imageIO opens the image at path read-write with key and calls fn with
+// its writable view.
+func imageIO(t *testing.T, path, key string, fn func(v image.View)) {
+	t.Helper()
+	f, e, k := unlockedImage(t, path, key, os.O_RDWR)
 	v, err := e.View(f, k, false)
 	if err != nil {
 		t.Fatal(err)
