@@ -62,11 +62,14 @@ size, both readable; a qcow2 image may then hold leaked clusters, which
 qemu-img check -r leaks reclaims. The image is locked against other
 cryptimg processes while it changes. Images with integrity protection
 (--integrity) are refused: their tags and journal would have to be laid
-out again. A detached header (--header) is not taken.
+out again. With a detached header (--header FILE, raw images only) IMAGE
+is the data file: it is resized, and a fixed segment's new size is
+written to FILE.
 ` + exitStatusHelp,
 		Example: `  cryptimg resize --size 20G disk.luks
   cryptimg resize -d key.bin --size 40G vm.qcow2
-  cryptimg resize --force --size 1G --json disk.luks`,
+  cryptimg resize --force --size 1G --json disk.luks
+  cryptimg resize --header disk.hdr --size 20G disk.data`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("size") {

@@ -291,5 +291,5 @@ var detachedCommands = map[string]bool{
 	"encrypt": true, "decrypt": true, "verify": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "header-restore": true, "uuid": true, "is-luks": true, "config": true,
 	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true, "convert": true,
-	"create": true, "erase": true,
+	"create": true, "erase": true, "resize": true,
 }

@@ -168,7 +168,6 @@ func TestResizeCommand(t *testing.T) {
 		{[]string{"--size", "0", img}, exitFailure, "positive"},
 		{[]string{"--allow-data-loss", "--size", "2M", img}, exitFailure, "--force"},
 		{[]string{img}, exitFailure, "--size"},
-		{[]string{"--header", key, "--size", "2M", img}, exitFailure, "--header"},
 		{[]string{"--size", "2M", filepath.Join(dir, "missing")}, exitFailure, "no such file"},
 		{[]string{"--size", "2M", key}, exitBadImage, ""},
 	} {
@@ -400,4 +399,107 @@ func TestResizeQemu(t *testing.T) {
 	}
 	mustRun(t, "resize", "--size", "8M", q2)
 	qemuCheck(t, qi, key, q2, true)
+}
+
+// TestResizeDetachedCommand: with --header the data file grows and a fixed
+// segment's new size goes to the header file; cryptsetup reads the size
+// and, offline, decrypts what was written before and after growth.
+func TestResizeDetachedCommand(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomBytes(5 << 20)
+	src := filepath.Join(dir, "plain")
+	if err := os.WriteFile(src, plain[:2<<20], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hdr, data := filepath.Join(dir, "disk.hdr"), filepath.Join(dir, "disk.data")
+	mustRun(t, "encrypt", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, "--header", hdr, src, data)
+	detached := func() *image.Encrypted {
+		t.Helper()
+		h, err := os.OpenFile(hdr, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		d, err := os.OpenFile(data, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		e, err := image.OpenDetached(h, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if e := detached(); e.Apply(e.Header.(*header.LUKS2).WithDataSize(2<<20)) != nil {
+		t.Fatal("fixing the segment failed")
+	}
+	hdrSize := func() int64 { st, _ := os.Stat(hdr); return st.Size() }
+	before := hdrSize()
+
+	// Without --header the data file is no image.
+	if r := cryptimg(t, "", "resize", "--size", "5M", data); r.code != exitBadImage {
+		t.Errorf("data file without --header: exit %d, %s", r.code, r.stderr)
+	}
+	s := resizeJSON(t, "--header", hdr, "--size", "5M", data)
+	want := resizeSummary{MessageType: "summary", Op: "resize", Image: data, Header: hdr, Format: "raw",
+		OldSize: 2 << 20, NewSize: 5 << 20, Changed: true, FixedSegment: true}
+	if s != want {
+		t.Errorf("summary %+v, want %+v", s, want)
+	}
+	e := detached()
+	if st, _ := os.Stat(data); st.Size() != 5<<20 || e.PayloadSize != 5<<20 || e.Header.Info().PayloadSize != 5<<20 {
+		t.Fatalf("data file %d bytes, payload %d, segment %d; want %d", st.Size(), e.PayloadSize, e.Header.Info().PayloadSize, 5<<20)
+	}
+	if hdrSize() != before {
+		t.Errorf("the header file changed size: %d, was %d", hdrSize(), before)
+	}
+	// The grown part, written through the header's key, and the old part
+	// read back.
+	k, err := e.Unlock([]byte(testPassphrase), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	d, _ := os.OpenFile(data, os.O_RDWR, 0)
+	defer d.Close()
+	v, err := e.View(d, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.WriteAt(plain[2<<20:], 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, plain) {
+		t.Fatal("decrypt --header after growing: wrong data")
+	}
+
+	// A forced shrink commits the smaller segment.
+	if s := resizeJSON(t, "--header", hdr, "--force", "--size", "3M", data); s.NewSize != 3<<20 || !s.FixedSegment {
+		t.Errorf("shrink summary %+v", s)
+	}
+	if e := detached(); e.Header.Info().PayloadSize != 3<<20 {
+		t.Errorf("segment %d after shrinking, want %d", e.Header.Info().PayloadSize, 3<<20)
+	}
+	if st, _ := os.Stat(data); st.Size() != 3<<20 {
+		t.Errorf("data file %d bytes after shrinking", st.Size())
+	}
+
+	cs := requireTool(t, "cryptsetup")
+	if m := luks2SegmentLength.FindStringSubmatch(sh(t, cs, "luksDump", hdr)); m == nil || m[1] != "3145728 [bytes]" {
+		t.Fatalf("cryptsetup luksDump: segment length %q", m)
+	}
+	sh(t, cs, "open", "--test-passphrase", "--key-file", key, "--header", hdr, data)
+	requireRoot(t)
+	sh(t, cs, "reencrypt", "--decrypt", "--header", hdr, "--force-offline-reencrypt",
+		"--disable-locks", "--batch-mode", "--key-file", key, data)
+	if got, _ := os.ReadFile(data); len(got) < 3<<20 || !bytes.Equal(got[:3<<20], plain[:3<<20]) {
+		t.Error("cryptsetup reencrypt --decrypt of the shrunk image does not give the plaintext")
+	}
 }
