@@ -112,10 +112,8 @@ func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 	if k.keyfileSize > 0 {
 		limit = k.keyfileSize
 	}
-	buf := make([]byte, limit+1)
-	n, err := io.ReadFull(r, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		clear(buf)
+	buf, n, err := readUpTo(r, limit+1)
+	if err != nil {
 		return nil, fmt.Errorf("failed to read key file: %w", err)
 	}
 	if int64(n) > limit {
@@ -137,6 +135,32 @@ func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 	key := bytes.Clone(buf[:n])
 	clear(buf)
 	return key, nil
+}
+
+// readUpTo reads r to its end or to max bytes, into a buffer that grows
+// as the data comes (a key file is small; max is 8 MiB): each buffer left
+// behind is cleared, as is the last one on an error. It returns the buffer
+// and how much of it holds data.
+func readUpTo(r io.Reader, max int64) ([]byte, int, error) {
+	buf := make([]byte, min(max, 4096))
+	n := 0
+	for {
+		m, err := io.ReadFull(r, buf[n:])
+		n += m
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return buf, n, nil
+		case err != nil:
+			clear(buf)
+			return nil, 0, err
+		case int64(n) == max:
+			return buf, n, nil
+		}
+		grown := make([]byte, min(max, 2*int64(len(buf))))
+		copy(grown, buf[:n])
+		clear(buf)
+		buf = grown
+	}
 }
 
 // checkKeySlot checks a --key-slot value before anything is opened: -1 (try
