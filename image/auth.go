@@ -382,8 +382,8 @@ func encryptAuth(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o 
 		return err
 	}
 	if payload > 0 {
-		if _, err := dst.WriteAt(f.Area, 0); err != nil {
-			return fmt.Errorf("failed to write header: %w", err)
+		if err := writeArea(dst, f.Area); err != nil {
+			return err
 		}
 	}
 	if err := dst.Truncate(int64(d) * 512); err != nil {

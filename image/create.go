@@ -101,8 +101,8 @@ func createRaw(ctx context.Context, dst *os.File, size int64, o EncryptOptions) 
 	}
 	payload := f.Header.Info().PayloadOffset
 	if payload > 0 {
-		if _, err := dst.WriteAt(f.Area, 0); err != nil {
-			return nil, fmt.Errorf("failed to write header: %w", err)
+		if err := writeArea(dst, f.Area); err != nil {
+			return nil, err
 		}
 	}
 	if err := dst.Truncate(payload + size); err != nil {

@@ -376,7 +376,7 @@ func FormatHeader(passphrase []byte, p header.Params) (*Formatted, error) {
 // Clear wipes the volume key and the key material in the area.
 func (f *Formatted) Clear() {
 	f.Key.Clear()
-	clear(f.Area)
+	clearArea(f.Area)
 }
 
 // Decrypt writes the plaintext of the image to dst, an empty regular file,
@@ -571,8 +571,8 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	payload := f.Header.Info().PayloadOffset
 	// A header with payload offset 0 is detached: the caller stores it.
 	if payload > 0 {
-		if _, err := dst.WriteAt(f.Area, 0); err != nil {
-			return fmt.Errorf("failed to write header: %w", err)
+		if err := writeArea(dst, f.Area); err != nil {
+			return err
 		}
 	}
 	ss := c.Geometry().SectorSize
