@@ -424,7 +424,11 @@ func TestResizePowerLoss(t *testing.T) {
 				return n
 			}
 			seen := map[int64]int{}
-			for cut := 1; ; cut++ {
+			step := 1
+			if raceEnabled {
+				step = 5 // the race run looks for data races, not every crash state
+			}
+			for cut := 1; ; cut += step {
 				d := newFaultDisk(uint64(cut))
 				d.atom, d.crashAt = 512, cut
 				ff := d.add("img", content)
@@ -451,7 +455,7 @@ func TestResizePowerLoss(t *testing.T) {
 			}
 			// A one-step resize, or a last step whose write the random
 			// loss dropped, may never leave the new size.
-			if seen[c.to] == 0 && len(seen) > 0 && c.name != "luks1-grow" && c.name != "luks1-shrink" && c.name != "qcow2-tail-grow" {
+			if step == 1 && seen[c.to] == 0 && len(seen) > 0 && c.name != "luks1-grow" && c.name != "luks1-shrink" && c.name != "qcow2-tail-grow" {
 				t.Errorf("no crash left the new size: %v", seen)
 			}
 		})
