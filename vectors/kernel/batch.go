@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,11 +74,13 @@ func (m *Machine) RunBatch(t testing.TB, b *Batch) Results {
 	for i, c := range b.checks {
 		// Output goes to a file first so that a check's last line without a
 		// newline cannot swallow the marker.
-		fmt.Fprintf(&s, "( set -e\n%s\n) > /tmp/check.%d 2>&1\nrc=$?\n", c.script, i)
-		fmt.Fprintf(&s, "echo '%s%d begin'; cat /tmp/check.%d; echo; echo \"%s%d end $rc\"\n", marker, i, i, marker, i)
+		// The guest's uptime before and after, for the check's time.
+		fmt.Fprintf(&s, "t0=$(cut -d' ' -f1 /proc/uptime)\n( set -e\n%s\n) > /tmp/check.%d 2>&1\nrc=$?\n", c.script, i)
+		fmt.Fprintf(&s, "echo '%s%d begin'; cat /tmp/check.%d; echo; echo \"%s%d end $rc $t0 $(cut -d' ' -f1 /proc/uptime)\"\n", marker, i, i, marker, i)
 	}
 	res := m.Run(t, Job{Disks: b.disks, Files: b.files, Script: s.String()})
 	out := Results{}
+	var took []timed
 	lines := strings.Split(res.Output, "\n")
 	for i := 0; i < len(lines); i++ {
 		rest, ok := strings.CutPrefix(lines[i], marker)
@@ -91,7 +94,13 @@ func (m *Machine) RunBatch(t testing.TB, b *Batch) Results {
 		var body []string
 		for i++; i < len(lines); i++ {
 			if r, ok := strings.CutPrefix(lines[i], fmt.Sprintf("%s%d end ", marker, idx)); ok {
-				code, _ := strconv.Atoi(r)
+				f := strings.Fields(r)
+				code, _ := strconv.Atoi(f[0])
+				if len(f) == 3 {
+					t0, _ := strconv.ParseFloat(f[1], 64)
+					t1, _ := strconv.ParseFloat(f[2], 64)
+					took = append(took, timed{b.checks[idx].name, t1 - t0})
+				}
 				// Drop the newline added after the output.
 				if n := len(body); n > 0 && body[n-1] == "" {
 					body = body[:n-1]
@@ -102,12 +111,38 @@ func (m *Machine) RunBatch(t testing.TB, b *Batch) Results {
 			body = append(body, lines[i])
 		}
 	}
+	logSlowest(t, took)
 	for _, c := range b.checks {
 		if _, ok := out[c.name]; !ok {
 			t.Fatalf("kernel check %q reported nothing; job output:\n%s\nconsole tail:\n%s", c.name, res.Output, tail(res.Console))
 		}
 	}
 	return out
+}
+
+// timed is a check's time in the guest, in seconds.
+type timed struct {
+	name string
+	secs float64
+}
+
+// logSlowest logs the checks that took longest in the guest, so that a
+// slow boot says where its time went.
+func logSlowest(t testing.TB, took []timed) {
+	t.Helper()
+	if len(took) == 0 {
+		return
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i].secs > took[j].secs })
+	var total float64
+	for _, c := range took {
+		total += c.secs
+	}
+	var top []string
+	for _, c := range took[:min(5, len(took))] {
+		top = append(top, fmt.Sprintf("%s %.1fs", c.name, c.secs))
+	}
+	t.Logf("kernel checks: %.1fs in all; slowest: %s", total, strings.Join(top, ", "))
 }
 
 // Want fails the test unless check name exited 0, and returns its output
