@@ -201,22 +201,70 @@ func openTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, ba
 }
 
 // sealTransform encrypts a chunk and writes its tags to w at g's tag
-// offsets (the data itself goes where the pipeline writes it).
+// offsets (the data itself goes where the pipeline writes it). The tags of
+// an area are gathered in memory and written once the area is complete:
+// one write per interleave area (16 MiB of data) instead of one per chunk,
+// which on tmpfs contended with the pipeline's data writes for the file's
+// lock. At most the areas of the chunks in flight are held.
 func sealTransform(w io.WriterAt, g *integrity.Geometry, a cipher.AuthSector) sectors.Transform {
 	ss, ts := a.Geometry().SectorSize, a.TagSize()
 	var pool tagBufs
+	at := &areaTags{w: w, g: g, open: map[uint64]*areaTagBuf{}}
 	return func(dst, src []byte, n uint64) error {
 		tb := pool.get(len(src) / ss * ts)
 		defer pool.put(tb)
 		if err := a.Seal(dst, *tb, src, n); err != nil {
 			return err
 		}
-		off := g.TagOffset(n)
-		if _, err := w.WriteAt(*tb, off); err != nil {
-			return &sectors.IOError{Op: "write tags", Offset: off, Err: err}
-		}
+		return at.add(n, *tb)
+	}
+}
+
+// areaTags gathers the tags of each interleave area until all of them are
+// there, then writes them in one piece.
+type areaTags struct {
+	w    io.WriterAt
+	g    *integrity.Geometry
+	mu   sync.Mutex
+	open map[uint64]*areaTagBuf // by area index
+}
+
+type areaTagBuf struct {
+	area integrity.Area
+	buf  []byte
+	left int64 // tag bytes still to come
+}
+
+// add places the tags of the chunk whose first sector is n; the chunk lies
+// inside one area (the pipeline's extents are the areas).
+func (t *areaTags) add(n uint64, tags []byte) error {
+	i := n >> t.g.Log2Interleave()
+	t.mu.Lock()
+	b := t.open[i]
+	if b == nil {
+		ar := t.g.Area(i)
+		b = &areaTagBuf{area: ar, buf: make([]byte, ar.TagLen), left: ar.TagLen}
+		t.open[i] = b
+	}
+	off := t.g.TagOffset(n) - b.area.TagOffset
+	if off < 0 || off+int64(len(tags)) > b.area.TagLen {
+		t.mu.Unlock()
+		return fmt.Errorf("image: internal error: the tags of sector %d fall outside area %d", n, i)
+	}
+	copy(b.buf[off:], tags)
+	b.left -= int64(len(tags))
+	done := b.left == 0
+	if done {
+		delete(t.open, i)
+	}
+	t.mu.Unlock()
+	if !done {
 		return nil
 	}
+	if _, err := t.w.WriteAt(b.buf, b.area.TagOffset); err != nil {
+		return &sectors.IOError{Op: "write tags", Offset: b.area.TagOffset, Err: err}
+	}
+	return nil
 }
 
 // checkAuthKey is the authenticated cipher of k, for e.

@@ -7,10 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
+	"github.com/cryptimg/cryptimg/image/integrity"
 )
 
 // authImage encrypts plain into an authenticated raw image in memory.
@@ -227,5 +229,91 @@ func TestAuthReseal(t *testing.T) {
 				t.Fatal("Reseal differs from the Seal it repeats")
 			}
 		})
+	}
+}
+
+// tagWrites records the writes made to it.
+type tagWrites struct {
+	mu  sync.Mutex
+	buf []byte
+	n   int
+}
+
+func (w *tagWrites) WriteAt(p []byte, off int64) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	copy(w.buf[off:], p)
+	w.n++
+	return len(p), nil
+}
+
+// TestSealTags: the tags of chunks sealed in any order and from several
+// goroutines land where the integrity geometry says, equal to one Seal of
+// each whole area, in one write per area.
+func TestSealTags(t *testing.T) {
+	for _, ss := range []int{512, 4096} {
+		m, err := cipher.ParseAuth("aes-cbc-essiv:sha256", "hmac(sha256)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := bytes.Repeat([]byte{7}, m.KeyBytes()[0])
+		a, err := m.NewSector(key, cipher.Geometry{SectorSize: ss})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two full areas and a short third.
+		g, err := integrity.New(2<<15+16384, 0, a.TagSize(), ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.NumAreas() != 3 || g.Area(2).Sectors >= g.Area(0).Sectors {
+			t.Fatalf("%d areas", g.NumAreas())
+		}
+		rng := rand.New(rand.NewPCG(uint64(ss), 3))
+		plain := make([]byte, g.DataSectors()*512)
+		for i := range plain {
+			plain[i] = byte(rng.Uint32())
+		}
+		w := &tagWrites{buf: make([]byte, g.End())}
+		seal := sealTransform(w, g, a)
+		type job struct{ n, off, len uint64 }
+		var jobs []job
+		const chunk = 64 << 10
+		for ar := range g.Areas() {
+			for off := uint64(0); off < uint64(ar.DataLen); off += chunk {
+				jobs = append(jobs, job{ar.FirstSector + off/512, ar.FirstSector*512 + off, min(chunk, uint64(ar.DataLen)-off)})
+			}
+		}
+		rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+		var wg sync.WaitGroup
+		ch := make(chan job)
+		for range 3 {
+			wg.Go(func() {
+				for j := range ch {
+					b := bytes.Clone(plain[j.off : j.off+j.len])
+					if err := seal(b, b, j.n); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		for _, j := range jobs {
+			ch <- j
+		}
+		close(ch)
+		wg.Wait()
+		if w.n != 3 {
+			t.Errorf("%d-byte sectors: %d tag writes, want one per area (3)", ss, w.n)
+		}
+		for ar := range g.Areas() {
+			data := bytes.Clone(plain[ar.FirstSector*512 : ar.FirstSector*512+uint64(ar.DataLen)])
+			tags := make([]byte, ar.TagLen)
+			if err := a.Seal(data, tags, data, ar.FirstSector); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.buf[ar.TagOffset : ar.TagOffset+ar.TagLen]; !bytes.Equal(got, tags) {
+				t.Errorf("%d-byte sectors, area %d: the tags differ from one Seal of the area", ss, ar.Index)
+			}
+		}
 	}
 }

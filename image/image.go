@@ -94,8 +94,10 @@ type Pipeline struct {
 	Progress func(done, total int64)
 }
 
+// options are the sectors options of a run over a whole image: collected
+// first (sectors.Options.Collect), with progress over total bytes.
 func (p Pipeline) options(total int64, sparse bool) sectors.Options {
-	o := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: SectorSize, Sparse: sparse}
+	o := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: SectorSize, Sparse: sparse, Collect: true}
 	if p.Progress != nil {
 		p.Progress(0, total)
 		o.Progress = func(done int64) { p.Progress(done, total) }

@@ -1,10 +1,13 @@
 package sectors
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -205,5 +208,49 @@ func TestBuffersCarryOver(t *testing.T) {
 		if len(bufs.free) != before {
 			t.Fatalf("window %d: kept %d buffers, had %d: buffers were allocated or lost", k, len(bufs.free), before)
 		}
+	}
+}
+
+// TestCollect: with Collect every buffer exists before the first chunk is
+// transformed, one collection runs before the workers start, and none
+// during a run that allocates nothing.
+func TestCollect(t *testing.T) {
+	const chunk = 64 << 10
+	src := &genReader{size: 256 * chunk}
+	dst := &memWriter{buf: make([]byte, 256*chunk)}
+	want := &memWriter{buf: make([]byte, 256*chunk)}
+	ext := []Extent{{Length: 256 * chunk}}
+	if err := Run(context.Background(), want, src, ext, xorSectors, Options{Jobs: 2, ChunkSize: chunk}); err != nil {
+		t.Fatal(err)
+	}
+	var st stats
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var gcAtFirst atomic.Uint32
+	var first sync.Once
+	tr := func(d, s []byte, n uint64) error {
+		first.Do(func() {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			gcAtFirst.Store(m.NumGC)
+		})
+		return xorSectors(d, s, n)
+	}
+	if err := run(context.Background(), dst, src, ext, tr, Options{Jobs: 2, ChunkSize: chunk, Collect: true}, &st); err != nil {
+		t.Fatal(err)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if st.buffers != 2*2+2 {
+		t.Errorf("%d buffers, want all %d", st.buffers, 2*2+2)
+	}
+	if g := gcAtFirst.Load(); g < before.NumGC+1 {
+		t.Errorf("no collection before the first transform (NumGC %d, then %d)", before.NumGC, g)
+	}
+	if !raceEnabled && after.NumGC != gcAtFirst.Load() {
+		t.Errorf("%d collections during the run", after.NumGC-gcAtFirst.Load())
+	}
+	if !bytes.Equal(dst.buf, want.buf) {
+		t.Error("the output differs from a run without Collect")
 	}
 }

@@ -37,6 +37,13 @@ func (p *bufPool) get(ctx context.Context) []byte {
 	}
 }
 
+// fill allocates every buffer not yet made.
+func (p *bufPool) fill() {
+	for ; p.allocated < cap(p.free); p.allocated++ {
+		p.free <- make([]byte, p.size)
+	}
+}
+
 // put returns a buffer taken with get. It never blocks: at most cap buffers
 // exist.
 func (p *bufPool) put(b []byte) {

@@ -87,6 +87,16 @@ type Options struct {
 	// keeps this run's when it returns, so a caller that runs window after
 	// window does not allocate (and zero) its buffers every time.
 	Buffers *Buffers
+	// Collect allocates every chunk buffer up front and then runs a
+	// garbage collection (runtime.GC) before the workers start. A
+	// collection that falls inside a run is dear: the workers spend their
+	// time in assembly, which the collector cannot preempt, so it keeps
+	// signalling them while it waits (encrypting 1 GiB with integrity took
+	// 17% less CPU without one). Collected first, with the run's buffers
+	// live, the heap has room for what the run allocates and no
+	// collection comes due. Meant for a run over a whole image, not for
+	// one window of many.
+	Collect bool
 }
 
 // IOError reports a failed read of src or write of dst, with the absolute
@@ -215,6 +225,10 @@ func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent
 	}
 	if st != nil {
 		defer func() { st.buffers = pl.allocated }()
+	}
+	if o.Collect {
+		pl.fill()
+		runtime.GC()
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sectors
+
+const raceEnabled = false
