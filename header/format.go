@@ -198,21 +198,41 @@ func randomUUID(rnd io.Reader) (string, error) {
 }
 
 // Format makes a new header and a random volume key (or p.VolumeKey), and
-// puts passphrase into key slot 0. area is the complete header area, h.PayloadOffset*512 bytes:
-// the phdr, zeros, slot 0's key material, random bytes in the other slots'
-// areas (as cryptsetup's wipe leaves them) and zeros up to the payload. The
-// caller owns volumeKey and should clear it after use.
+// puts passphrase into key slot 0. area is the complete header area, up to
+// the payload (or, detached, the end of the key material): for LUKS1 the
+// phdr, zeros, slot 0's key material, random bytes in the other slots'
+// areas (as cryptsetup's wipe leaves them) and zeros up to the payload; for
+// LUKS2 the 16 MiB of both metadata copies, the key material and zeros.
+// The caller owns volumeKey and should clear it after use.
 func Format(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byte, err error) {
+	h, volumeKey, area, size, err := FormatSparse(passphrase, p)
+	if err != nil || int64(len(area)) == size {
+		return h, volumeKey, area, err
+	}
+	full := make([]byte, size)
+	copy(full, area)
+	clear(area)
+	return h, volumeKey, full, nil
+}
+
+// FormatSparse is Format with the area's trailing zeros left out: area
+// holds the first len(area) of the area's size bytes, and the rest are
+// zeros. A LUKS2 area is 16 MiB, of which its metadata and key material
+// fill about 300 KiB; a writer of a new file can leave the rest as a hole
+// and need not allocate it.
+func FormatSparse(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byte, size int64, err error) {
 	switch p.Version {
 	case 0, 1:
 		if p.PBKDF != "" && p.PBKDF != "pbkdf2" || p.SectorSize != 0 && p.SectorSize != SectorSize || p.Label != "" || p.Subsystem != "" {
-			return nil, nil, nil, fmt.Errorf("LUKS1 has only pbkdf2, 512-byte sectors and no label or subsystem")
+			return nil, nil, nil, 0, fmt.Errorf("LUKS1 has only pbkdf2, 512-byte sectors and no label or subsystem")
 		}
-		return formatLUKS1(passphrase, p)
+		h, volumeKey, area, err = formatLUKS1(passphrase, p)
+		return h, volumeKey, area, int64(len(area)), err
 	case 2:
-		return formatLUKS2(passphrase, p)
+		h, volumeKey, area, err = formatLUKS2(passphrase, p)
+		return h, volumeKey, area, luks2DataOffset, err
 	}
-	return nil, nil, nil, fmt.Errorf("unsupported LUKS version %d", p.Version)
+	return nil, nil, nil, 0, fmt.Errorf("unsupported LUKS version %d", p.Version)
 }
 
 func formatLUKS1(passphrase []byte, p Params) (h *LUKS1, volumeKey []byte, area []byte, err error) {

@@ -6,7 +6,6 @@ package header
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
@@ -40,8 +39,10 @@ const (
 // formatLUKS2 makes a LUKS2 header with passphrase in keyslot 0: one crypt
 // segment at 16 MiB to the end of the device, keyslot 0's area at 32 KiB,
 // a pbkdf2 digest worth 125 ms (1000 iterations when forced), the keyslot
-// KDF of p, and both metadata copies. area is the whole 16 MiB header
-// area: the two copies, the key material, zeros elsewhere.
+// KDF of p, and both metadata copies. area holds the first bytes of the
+// 16 MiB header area, up to the end of keyslot 0's material (page
+// aligned): the two copies and the key material; the rest of the area is
+// zeros, which are not allocated (FormatSparse).
 func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 	p, err := p.withDefaults()
 	if err != nil {
@@ -120,12 +121,12 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 	if err != nil {
 		return fail(err)
 	}
-	area := make([]byte, luks2DataOffset)
+	area := make([]byte, roundUp(uint64(k.Area.Offset)+uint64(len(material)), 4096))
 	copy(area, meta)
 	copy(area[k.Area.Offset:], material)
-	// The header is what a reader makes of these bytes: the writer is
-	// checked against the validator on every format.
-	got, err := readLUKS2(bytes.NewReader(area), 0, int64(len(area)))
+	// The header is what a reader makes of these bytes, zeros after them:
+	// the writer is checked against the validator on every format.
+	got, err := readLUKS2(zeroTail{area}, 0, luks2DataOffset)
 	if err != nil {
 		return fail(fmt.Errorf("header: internal error: the LUKS2 header made does not read back: %w", err))
 	}
@@ -415,4 +416,16 @@ func (h *LUKS2) marshalCopies(rnd io.Reader) ([]byte, error) {
 		copy(b[l2OffCsum:], sum.Sum(nil))
 	}
 	return out, nil
+}
+
+// zeroTail reads as its bytes followed by zeros.
+type zeroTail struct{ b []byte }
+
+func (z zeroTail) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	if off < int64(len(z.b)) {
+		n = copy(p, z.b[off:])
+	}
+	clear(p[n:])
+	return len(p), nil
 }

@@ -33,6 +33,47 @@ func writeArea(dst io.WriterAt, area []byte) error {
 	return nil
 }
 
+// writeWholeArea writes f's whole header area at offset 0 of w, zeros
+// included (w may be a file that held something before, such as a
+// detached header file).
+func writeWholeArea(w io.WriterAt, f *Formatted) error {
+	if _, err := w.WriteAt(f.Area, 0); err != nil {
+		return fmt.Errorf("failed to write header: %w", err)
+	}
+	zeros := make([]byte, min(1<<20, max(0, f.AreaSize-int64(len(f.Area)))))
+	for off := int64(len(f.Area)); off < f.AreaSize; off += int64(len(zeros)) {
+		if _, err := w.WriteAt(zeros[:min(int64(len(zeros)), f.AreaSize-off)], off); err != nil {
+			return fmt.Errorf("failed to write header: %w", err)
+		}
+	}
+	return nil
+}
+
+// streamArea writes f's whole header area to w, zeros included.
+func streamArea(w io.Writer, f *Formatted) error {
+	if _, err := w.Write(f.Area); err != nil {
+		return err
+	}
+	zeros := make([]byte, min(1<<20, max(0, f.AreaSize-int64(len(f.Area)))))
+	for left := f.AreaSize - int64(len(f.Area)); left > 0; left -= int64(len(zeros)) {
+		if _, err := w.Write(zeros[:min(int64(len(zeros)), left)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wholeArea is f's header area with its zeros, AreaSize bytes: f.Area
+// itself when it is whole, else a copy (copied), which the caller clears.
+func (f *Formatted) wholeArea() (area []byte, copied bool) {
+	if int64(len(f.Area)) >= f.AreaSize {
+		return f.Area, false
+	}
+	a := make([]byte, f.AreaSize)
+	copy(a, f.Area)
+	return a, true
+}
+
 // clearArea zeroes the blocks of area that hold something (key material
 // among them), leaving the zero blocks unwritten.
 func clearArea(area []byte) {

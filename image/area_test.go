@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/header"
 )
 
 // recordWrites is a WriterAt into a buffer that records each write.
@@ -75,5 +77,51 @@ func TestWriteArea(t *testing.T) {
 	clearArea(area)
 	if !bytes.Equal(area, make([]byte, len(area))) {
 		t.Error("clearArea left non-zero bytes")
+	}
+}
+
+// TestWholeArea: a LUKS2 header from FormatHeader keeps only the area's
+// first pages in memory; written whole to a file that held something
+// before, or streamed, the area is its bytes and then zeros to AreaSize,
+// and the header reads back from it.
+func TestWholeArea(t *testing.T) {
+	f, err := FormatHeader(testPass, header.Params{Version: 2, PBKDF: "pbkdf2", ForceIterations: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Clear()
+	if f.AreaSize != 16<<20 || len(f.Area) > 1<<20 {
+		t.Fatalf("area of %d bytes held, %d in all; want at most 1 MiB of 16 MiB", len(f.Area), f.AreaSize)
+	}
+	want := make([]byte, f.AreaSize)
+	copy(want, f.Area)
+
+	p := filepath.Join(t.TempDir(), "hdr")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{0xa5}, 17<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hf, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	if err := writeWholeArea(hf, f); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(p)
+	if !bytes.Equal(got[:f.AreaSize], want) {
+		t.Error("the header file does not hold the area and zeros")
+	}
+	if _, err := header.Read(bytes.NewReader(got), 0, f.AreaSize); err != nil {
+		t.Errorf("the written area does not read back: %v", err)
+	}
+
+	var s bytes.Buffer
+	if err := streamArea(&s, f); err != nil || !bytes.Equal(s.Bytes(), want) {
+		t.Errorf("the streamed area is %d bytes (%v), want the area and zeros, %d", s.Len(), err, f.AreaSize)
+	}
+	whole, copied := f.wholeArea()
+	if !copied || !bytes.Equal(whole, want) {
+		t.Error("wholeArea is not the area and zeros")
 	}
 }

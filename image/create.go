@@ -109,8 +109,8 @@ func createRaw(ctx context.Context, dst *os.File, size int64, o EncryptOptions) 
 		return nil, fmt.Errorf("failed to size output: %w", err)
 	}
 	if o.HeaderFile != nil {
-		if _, err := o.HeaderFile.WriteAt(f.Area, 0); err != nil {
-			return nil, fmt.Errorf("failed to write header: %w", err)
+		if err := writeWholeArea(o.HeaderFile, f); err != nil {
+			return nil, err
 		}
 	}
 	return f.Header, nil

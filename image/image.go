@@ -352,19 +352,22 @@ func newKey(h header.Header, vk []byte, slot int) (*Key, error) {
 	return &Key{Cipher: c, Slot: slot, volume: vk}, nil
 }
 
-// Formatted is a new LUKS header, its header area (Header.PayloadOffset
-// sectors: the phdr and the key slots) and its volume key, as FormatHeader
-// makes them, ready for EncryptTo.
+// Formatted is a new LUKS header, its header area (the phdr or metadata
+// and the key slots, up to the payload) and its volume key, as
+// FormatHeader makes them, ready for EncryptTo.
 type Formatted struct {
 	Header header.Header
-	Area   []byte
-	Key    *Key
+	// Area holds the first len(Area) bytes of the header area, which is
+	// AreaSize bytes: the rest are zeros (header.FormatSparse).
+	Area     []byte
+	AreaSize int64
+	Key      *Key
 }
 
 // FormatHeader makes a new LUKS header with passphrase in key slot 0 and a
 // random volume key, or p.VolumeKey. Clear the result after use.
 func FormatHeader(passphrase []byte, p header.Params) (*Formatted, error) {
-	h, vk, area, err := header.Format(passphrase, p)
+	h, vk, area, size, err := header.FormatSparse(passphrase, p)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +375,7 @@ func FormatHeader(passphrase []byte, p header.Params) (*Formatted, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Formatted{Header: h, Area: area, Key: k}, nil
+	return &Formatted{Header: h, Area: area, AreaSize: size, Key: k}, nil
 }
 
 // Clear wipes the volume key and the key material in the area.
@@ -541,8 +544,8 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		return nil, err
 	}
 	if o.HeaderFile != nil {
-		if _, err := o.HeaderFile.WriteAt(f.Area, 0); err != nil {
-			return nil, fmt.Errorf("failed to write header: %w", err)
+		if err := writeWholeArea(o.HeaderFile, f); err != nil {
+			return nil, err
 		}
 	}
 	return f.Header, nil
@@ -568,7 +571,11 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	c := f.Key.Cipher
 	t := c.EncryptSectors
 	if o.Format == Qcow2 {
-		return encryptQcow2(ctx, dst, src, f.Area, t, o)
+		area, copied := f.wholeArea()
+		if copied {
+			defer clearArea(area)
+		}
+		return encryptQcow2(ctx, dst, src, area, t, o)
 	}
 	payload := f.Header.Info().PayloadOffset
 	// A header with payload offset 0 is detached: the caller stores it.

@@ -36,7 +36,7 @@ func EncryptStream(ctx context.Context, w io.Writer, r io.Reader, f *Formatted, 
 		return 0, fmt.Errorf("qcow2 input %w", ErrNotStreamable)
 	}
 	if f.Header.Info().PayloadOffset > 0 {
-		if _, err := w.Write(f.Area); err != nil {
+		if err := streamArea(w, f); err != nil {
 			return 0, &sectors.IOError{Op: "write output", Offset: 0, Err: err}
 		}
 	}
