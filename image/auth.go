@@ -227,6 +227,7 @@ type areaTags struct {
 	g    *integrity.Geometry
 	mu   sync.Mutex
 	open map[uint64]*areaTagBuf // by area index
+	free [][]byte               // written areas' buffers, for the next ones
 }
 
 type areaTagBuf struct {
@@ -243,7 +244,13 @@ func (t *areaTags) add(n uint64, tags []byte) error {
 	b := t.open[i]
 	if b == nil {
 		ar := t.g.Area(i)
-		b = &areaTagBuf{area: ar, buf: make([]byte, ar.TagLen), left: ar.TagLen}
+		b = &areaTagBuf{area: ar, left: ar.TagLen}
+		if n := len(t.free); n > 0 && int64(cap(t.free[n-1])) >= ar.TagLen {
+			// Every byte is written again before the buffer goes out.
+			b.buf, t.free = t.free[n-1][:ar.TagLen], t.free[:n-1]
+		} else {
+			b.buf = make([]byte, ar.TagLen)
+		}
 		t.open[i] = b
 	}
 	off := t.g.TagOffset(n) - b.area.TagOffset
@@ -261,7 +268,11 @@ func (t *areaTags) add(n uint64, tags []byte) error {
 	if !done {
 		return nil
 	}
-	if _, err := t.w.WriteAt(b.buf, b.area.TagOffset); err != nil {
+	_, err := t.w.WriteAt(b.buf, b.area.TagOffset)
+	t.mu.Lock()
+	t.free = append(t.free, b.buf)
+	t.mu.Unlock()
+	if err != nil {
 		return &sectors.IOError{Op: "write tags", Offset: b.area.TagOffset, Err: err}
 	}
 	return nil
