@@ -37,14 +37,8 @@ func writeArea(dst io.WriterAt, area []byte) error {
 // included (w may be a file that held something before, such as a
 // detached header file).
 func writeWholeArea(w io.WriterAt, f *Formatted) error {
-	if _, err := w.WriteAt(f.Area, 0); err != nil {
+	if err := streamArea(io.NewOffsetWriter(w, 0), f); err != nil {
 		return fmt.Errorf("failed to write header: %w", err)
-	}
-	zeros := make([]byte, min(1<<20, max(0, f.AreaSize-int64(len(f.Area)))))
-	for off := int64(len(f.Area)); off < f.AreaSize; off += int64(len(zeros)) {
-		if _, err := w.WriteAt(zeros[:min(int64(len(zeros)), f.AreaSize-off)], off); err != nil {
-			return fmt.Errorf("failed to write header: %w", err)
-		}
 	}
 	return nil
 }

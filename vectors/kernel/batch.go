@@ -94,9 +94,9 @@ func (m *Machine) RunBatch(t testing.TB, b *Batch) Results {
 		var body []string
 		for i++; i < len(lines); i++ {
 			if r, ok := strings.CutPrefix(lines[i], fmt.Sprintf("%s%d end ", marker, idx)); ok {
-				f := strings.Fields(r)
+				f := append(strings.Fields(r), "")
 				code, _ := strconv.Atoi(f[0])
-				if len(f) == 3 {
+				if len(f) == 4 {
 					t0, _ := strconv.ParseFloat(f[1], 64)
 					t1, _ := strconv.ParseFloat(f[2], 64)
 					took = append(took, timed{b.checks[idx].name, t1 - t0})
