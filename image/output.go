@@ -7,9 +7,56 @@ import (
 	"path/filepath"
 )
 
-// ErrExists reports an output path that already exists when overwriting
-// was not asked for.
-var ErrExists = errors.New("output file exists")
+var (
+	// ErrExists reports an output path that already exists when
+	// overwriting was not asked for.
+	ErrExists = errors.New("output file exists")
+	// ErrNotRegularOutput refuses an output path that names a device, a
+	// FIFO, a socket or a directory, itself or through symbolic links: an
+	// output is written to a new file that is then renamed over the path,
+	// which would replace a device node with a regular file instead of
+	// writing to the device.
+	ErrNotRegularOutput = errors.New("output exists and is not a regular file")
+)
+
+// CheckOutputPath is CreateOutput's check of path, to call before any
+// work: a path that names something other than a regular file is refused
+// (ErrNotRegularOutput), and an existing one unless force is set
+// (ErrExists).
+func CheckOutputPath(path string, force bool) error {
+	if _, err := os.Lstat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	// A symbolic link is followed: /dev/disk/by-id names are links to
+	// devices. A dangling one is left to the rename, which replaces it.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: %w: it is %s", path, ErrNotRegularOutput, fileKind(st.Mode()))
+	}
+	if !force {
+		return fmt.Errorf("%s: %w", path, ErrExists)
+	}
+	return nil
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of another kind"
+}
 
 // Output is a file being written under a temporary name next to its final
 // path. Nothing appears under the final name until Commit, so an error, a
@@ -23,14 +70,11 @@ type Output struct {
 
 // CreateOutput creates the temporary file for path with mode 0600 (an image
 // or a header holds key material). An existing path is refused unless force
-// is set; it is replaced only when Commit succeeds.
+// is set, and one that is not a regular file always (CheckOutputPath); it
+// is replaced only when Commit succeeds.
 func CreateOutput(path string, force bool) (*Output, error) {
-	if !force {
-		if _, err := os.Lstat(path); err == nil {
-			return nil, fmt.Errorf("%s: %w", path, ErrExists)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
+	if err := CheckOutputPath(path, force); err != nil {
+		return nil, err
 	}
 	dir, base := filepath.Split(path)
 	if dir == "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -53,6 +54,54 @@ func TestOutputCommitAndAbort(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("Abort left files behind: %v", entries)
+	}
+}
+
+// TestCheckOutputPath: what CreateOutput refuses, and that a refused path
+// is left alone.
+func TestCheckOutputPath(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o600)
+	linkFifo, linkFile, dangling := filepath.Join(dir, "l1"), filepath.Join(dir, "l2"), filepath.Join(dir, "l3")
+	os.Symlink(fifo, linkFifo)
+	os.Symlink(file, linkFile)
+	os.Symlink(filepath.Join(dir, "nothing"), dangling)
+	for _, c := range []struct {
+		path  string
+		force bool
+		want  error
+	}{
+		{filepath.Join(dir, "new"), false, nil},
+		{file, false, ErrExists},
+		{file, true, nil},
+		{linkFile, true, nil},
+		{dangling, false, ErrExists},
+		{dangling, true, nil},
+		{fifo, true, ErrNotRegularOutput},
+		{fifo, false, ErrNotRegularOutput},
+		{linkFifo, true, ErrNotRegularOutput},
+		{dir, true, ErrNotRegularOutput},
+	} {
+		err := CheckOutputPath(c.path, c.force)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("CheckOutputPath(%s, %v) = %v, want %v", filepath.Base(c.path), c.force, err, c.want)
+		}
+		if c.want == ErrNotRegularOutput {
+			if _, err := CreateOutput(c.path, c.force); !errors.Is(err, ErrNotRegularOutput) {
+				t.Errorf("CreateOutput(%s, %v) = %v", filepath.Base(c.path), c.force, err)
+			}
+		}
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO changed: %v, %v", st, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 5 {
+		t.Errorf("files left behind: %v", entries)
 	}
 }
 

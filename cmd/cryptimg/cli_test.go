@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -194,6 +195,63 @@ func TestForceOverwrites(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	mustRun(t, "decrypt", "-d", key, enc, out)
 	sameContent(t, plain, out)
+}
+
+// TestOutputNotRegular: an output path that is a FIFO, a directory, a
+// link to one or (as root) a device is refused, --force or not, before any
+// work, and stays what it was. Without this, --force renamed a new regular
+// file over a device node, so "decrypt --force img /dev/sdb" wrote the
+// plaintext into /dev rather than onto the disk.
+func TestOutputNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "k")
+	plain := randomFile(t, dir, "plain.raw", 8192)
+	enc := filepath.Join(dir, "enc")
+	fastEncrypt(t, key, plain, enc)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	os.Mkdir(sub, 0o700)
+	link := filepath.Join(dir, "link")
+	os.Symlink(fifo, link)
+	targets := map[string]string{fifo: "a FIFO", sub: "a directory", link: "a FIFO"}
+	if os.Geteuid() == 0 {
+		// A character device with /dev/null's numbers, in the test's
+		// own directory.
+		dev := filepath.Join(dir, "dev")
+		if err := syscall.Mknod(dev, syscall.S_IFCHR|0o600, 1<<8|3); err != nil {
+			t.Fatal(err)
+		}
+		targets[dev] = "a character device"
+	} else {
+		t.Log("not root: the device case is not run")
+	}
+	for out, kind := range targets {
+		for _, args := range [][]string{
+			{"decrypt", "-d", key, "--force", enc, out},
+			{"decrypt", "-d", key, enc, out},
+			{"encrypt", "-d", key, "--force", "--pbkdf-force-iterations", "1000", plain, out},
+		} {
+			before, err := os.Lstat(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := cryptimg(t, "", args...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, "not a regular file: it is "+kind) ||
+				!strings.Contains(r.stderr, "copy it to the device") || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("%v: exit %d, stderr %q; want exit 1 and one line naming %s", args, r.code, r.stderr, kind)
+			}
+			after, err := os.Lstat(out)
+			if err != nil || after.Mode() != before.Mode() || !os.SameFile(before, after) {
+				t.Errorf("%v: the output path changed: %v, %v", args, after, err)
+			}
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != len(targets)+3 {
+		t.Errorf("files left behind: %v", entries)
+	}
 }
 
 func TestDumpText(t *testing.T) {

@@ -19,6 +19,8 @@ func hint(err error) string {
 		return "finish it with: cryptimg " + opCommand[busy.Op] + " --resume " + busy.Image()
 	case errors.Is(err, image.ErrExists):
 		return "use --force to overwrite"
+	case errors.Is(err, image.ErrNotRegularOutput):
+		return "write the image to a file, then copy it to the device, for example with dd"
 	case errors.Is(err, image.ErrInPlaceQcow2):
 		return "use cryptimg encrypt INPUT OUTPUT or decrypt INPUT OUTPUT for qcow2"
 	case errors.Is(err, image.ErrCostly):

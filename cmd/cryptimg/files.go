@@ -39,16 +39,15 @@ func checkNotPending(f *os.File, path string) error {
 	return nil
 }
 
-// checkOutputPath refuses an output that is the input, or that exists
-// without --force, before any secret is asked for.
+// checkOutputPath refuses an output that is the input, that is not a
+// regular file, or that exists without --force, before any secret is
+// asked for.
 func checkOutputPath(in, out string, force bool) error {
 	if image.SameFile(in, out) {
 		return usagef("%s: %w", out, image.ErrSameFile)
 	}
-	if !force {
-		if _, err := os.Lstat(out); err == nil {
-			return usagef("%s: %w", out, image.ErrExists)
-		}
+	if err := image.CheckOutputPath(out, force); err != nil {
+		return usagef("%w", err)
 	}
 	return nil
 }
