@@ -17,7 +17,9 @@
 # that cryptimg reaches 0.8 of SHA-256's throughput per core with both
 # cores: the paired ratio sha256-j2 wall ÷ job wall (both on two cores) is
 # the per-core figure. PBKDF2 is forced to 1000 iterations, so the numbers
-# are about the data path.
+# are about the data path. decrypt and encrypt write into new tmpfs pages,
+# whose price the host sets (docs/BENCHMARKS.md, fifth session); the same
+# work with the outputs' pages kept is scripts/authrate.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 size_mib=${1:-1024}
