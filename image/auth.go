@@ -494,16 +494,7 @@ func newAuthView(f *os.File, a cipher.AuthSector, g *integrity.Geometry, readOnl
 // pieces calls fn over [s, s+n) cut at the area boundaries, with the
 // logical sector of each piece.
 func (st *authStore) pieces(s int64, n int, fn func(lo, hi int, unit uint64) error) error {
-	for lo := 0; lo < n; {
-		unit := uint64(s+int64(lo)) / 512
-		a := st.g.Area(unit >> st.g.Log2Interleave())
-		hi := lo + int(min(uint64(n-lo), (a.FirstSector+a.Sectors-unit)*512))
-		if err := fn(lo, hi, unit); err != nil {
-			return err
-		}
-		lo = hi
-	}
-	return nil
+	return areaPieces(st.g, s, n, fn)
 }
 
 func (st *authStore) readSectors(buf []byte, s int64) error {

@@ -69,7 +69,7 @@ clusters in qcow2 output).
 
 func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
 	if in == stdio || out == stdio {
-		if o.allowCorrupt {
+		if o.allowCorrupt && in == stdio {
 			return usagef("--allow-corrupt is for images with integrity protection, which need a seekable file")
 		}
 		return runDecryptStream(cmd, g, o, in, out)

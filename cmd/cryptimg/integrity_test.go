@@ -415,3 +415,55 @@ func TestIntegrityLsCat(t *testing.T) {
 		t.Fatalf("cat of a FAT file: %q", r.stdout)
 	}
 }
+
+// TestIntegrityDecryptToStdout: an authenticated image file decrypts to
+// stdout, every sector checked first. Tampered, the stream stops before
+// the chunk of the first bad sector (all it holds is the plaintext's
+// start), and the command exits 4 naming that sector; --allow-corrupt
+// streams everything with the bad sectors zeroed.
+func TestIntegrityDecryptToStdout(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain := randomFile(t, dir, "plain.raw", 40<<20) // three areas at 512-byte sectors
+	pb, _ := os.ReadFile(plain)
+	for _, c := range []integrityCase{integrityCases[0], integrityCases[2], integrityCases[4]} {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(dir, c.name+".luks")
+			integrityImage(t, key, plain, img, c.args...)
+			// A chunk size that does not divide an area: chunks cross
+			// area boundaries, whose tags are apart.
+			r := cryptimg(t, "", "decrypt", "-d", key, "--chunk-size", "3145728", img, "-")
+			if r.code != 0 || r.stdout != string(pb) {
+				t.Fatalf("decrypt to stdout: exit %d, %d bytes (first difference at %d)\n%s",
+					r.code, len(r.stdout), firstDiff([]byte(r.stdout), pb), r.stderr)
+			}
+
+			g := geometryOf(t, img)
+			spb := uint64(c.ss / 512)
+			first := uint64(50000) / spb * spb // in the second area at 512 bytes
+			later := uint64(70000) / spb * spb
+			flipByte(t, img, g.TagOffset(first)+3)
+			flipByte(t, img, g.DataOffset(later)+100)
+			r = cryptimg(t, "", "decrypt", "-d", key, img, "-")
+			if r.code != 4 || !strings.Contains(r.stderr, fmt.Sprintf("sector %d ", first)) || strings.Count(r.stderr, "\n") > 2 {
+				t.Fatalf("decrypt of a tampered image to stdout: exit %d\n%s", r.code, r.stderr)
+			}
+			chunk := uint64(1 << 20)
+			if n := uint64(len(r.stdout)); n > first*512/chunk*chunk || r.stdout != string(pb[:n]) {
+				t.Fatalf("tampered: %d bytes out, want at most the %d before the bad sector's chunk, all of them plaintext", n, first*512/chunk*chunk)
+			}
+
+			r = cryptimg(t, "", "decrypt", "--allow-corrupt", "-d", key, img, "-")
+			if r.code != 0 || !strings.Contains(r.stderr, "warning") || !strings.Contains(r.stderr, fmt.Sprint(later)) {
+				t.Fatalf("decrypt --allow-corrupt to stdout: exit %d\n%s", r.code, r.stderr)
+			}
+			exp := bytes.Clone(pb)
+			for _, s := range []uint64{first, later} {
+				clear(exp[s*512 : (s+spb)*512])
+			}
+			if r.stdout != string(exp) {
+				t.Fatalf("decrypt --allow-corrupt to stdout: not the plaintext with the bad sectors zeroed (first difference at %d)", firstDiff([]byte(r.stdout), exp))
+			}
+		})
+	}
+}

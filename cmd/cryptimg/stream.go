@@ -210,7 +210,9 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	}
 	e, payload, err := image.OpenStream(io.NewSectionReader(f, 0, st.Size()))
 	if errors.Is(err, image.ErrNotStreamable) {
-		return fmt.Errorf("%s: %w: decrypt it to an OUTPUT file", in, err)
+		// Integrity protection: the file is read where its geometry puts
+		// each area, and the plaintext streamed.
+		return decryptAuthToStream(cmd, g, o, f, in, out)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
@@ -232,4 +234,34 @@ func streamName(s string) string {
 		return "stdio"
 	}
 	return s
+}
+
+// decryptAuthToStream decrypts an authenticated image file to stdout:
+// every sector is checked before it is written. Without --allow-corrupt the output stops before
+// the first bad sector's chunk and the command fails naming the sector.
+func decryptAuthToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, f *os.File, in, out string) error {
+	e, err := image.Open(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	if !e.Authenticated() {
+		return fmt.Errorf("%s: internal error: a stream refused without integrity protection", in)
+	}
+	k, err := unlockImage(g, e, o.key, in, passPrompt(in), o.keySlot)
+	if err != nil {
+		return err
+	}
+	defer k.Clear()
+	var bad *image.CorruptError
+	err = streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+		n, err := e.DecryptAuthStream(cmd.Context(), w, k, p, o.allowCorrupt)
+		if o.allowCorrupt && errors.As(err, &bad) {
+			err = nil // written, with zeros for the bad sectors
+		}
+		return n, err
+	})
+	if err == nil && bad != nil && !g.quiet {
+		fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in the output: %s\n", bad, corruptOf(bad).list())
+	}
+	return err
 }
