@@ -37,7 +37,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -253,15 +252,6 @@ func measure(do func() error) (sample, error) {
 	t0 := time.Now()
 	err := do()
 	return sample{wall: time.Since(t0).Seconds(), cpu: cpuSeconds() - c0}, err
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 // withKept opens the kept output path (made on first use) and runs fn on
