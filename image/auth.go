@@ -491,15 +491,9 @@ func newAuthView(f *os.File, a cipher.AuthSector, g *integrity.Geometry, readOnl
 	return newStoreView(f, &authStore{f: f, g: g, a: a}, a.Geometry().SectorSize, int64(g.DataSectors())*512, readOnly)
 }
 
-// pieces calls fn over [s, s+n) cut at the area boundaries, with the
-// logical sector of each piece.
-func (st *authStore) pieces(s int64, n int, fn func(lo, hi int, unit uint64) error) error {
-	return areaPieces(st.g, s, n, fn)
-}
-
 func (st *authStore) readSectors(buf []byte, s int64) error {
 	ts, ss := st.a.TagSize(), st.a.Geometry().SectorSize
-	return st.pieces(s, len(buf), func(lo, hi int, unit uint64) error {
+	return areaPieces(st.g, s, len(buf), func(lo, hi int, unit uint64) error {
 		b := buf[lo:hi]
 		if _, err := st.f.ReadAt(b, st.g.DataOffset(unit)); err != nil {
 			return authReadErr(err)
@@ -527,7 +521,7 @@ func authReadErr(err error) error {
 
 func (st *authStore) writeSectors(buf, src []byte, s int64) error {
 	ts, ss := st.a.TagSize(), st.a.Geometry().SectorSize
-	return st.pieces(s, len(src), func(lo, hi int, unit uint64) error {
+	return areaPieces(st.g, s, len(src), func(lo, hi int, unit uint64) error {
 		tb := st.tags.get((hi - lo) / ss * ts)
 		defer st.tags.put(tb)
 		if err := st.a.Seal(buf[lo:hi], *tb, src[lo:hi], unit); err != nil {

@@ -132,9 +132,7 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	}
 	if bad != nil {
 		s.Corrupt = corruptOf(bad)
-		if !g.quiet {
-			fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in %s: %s\n", bad, out, s.Corrupt.list())
-		}
+		g.warnZeroed(bad, out)
 	}
 	return g.report(o.json, s)
 }
@@ -162,4 +160,12 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 		return nil, nil, fmt.Errorf("%s: %w", in, err)
 	}
 	return e, func() { hf.Close() }, nil
+}
+
+// warnZeroed warns, unless quiet, that the sectors of bad were written as
+// zeros to out (--allow-corrupt).
+func (g *globalOptions) warnZeroed(bad *image.CorruptError, out string) {
+	if !g.quiet {
+		fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in %s: %s\n", bad, out, corruptOf(bad).list())
+	}
 }

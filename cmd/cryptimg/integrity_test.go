@@ -115,15 +115,28 @@ func TestIntegrityRoundTrip(t *testing.T) {
 	}
 }
 
+// tamperFixture is the directory, key file and 40 MiB plaintext (three
+// areas at 512-byte sectors) of the tamper tests, and the plaintext's bytes.
+func tamperFixture(t *testing.T) (dir, key, plain string, pb []byte) {
+	dir = t.TempDir()
+	key = writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
+	plain = randomFile(t, dir, "plain.raw", 40<<20)
+	pb, _ = os.ReadFile(plain)
+	return dir, key, plain, pb
+}
+
+// tamperCases are the modes the tamper tests corrupt: essiv at 512-byte
+// sectors, xts and gcm at 4096.
+func tamperCases() []integrityCase {
+	return []integrityCase{integrityCases[0], integrityCases[2], integrityCases[4]}
+}
+
 // TestIntegrityTamper: one flipped byte in a sector's data and one in
 // another's tag; verify names exactly those sectors, decrypt refuses with
 // the first and leaves no output, and --allow-corrupt writes the rest.
 func TestIntegrityTamper(t *testing.T) {
-	dir := t.TempDir()
-	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
-	plain := randomFile(t, dir, "plain.raw", 40<<20) // three areas at 512-byte sectors
-	pb, _ := os.ReadFile(plain)
-	for _, c := range []integrityCase{integrityCases[0], integrityCases[2], integrityCases[4]} {
+	dir, key, plain, pb := tamperFixture(t)
+	for _, c := range tamperCases() {
 		t.Run(c.name, func(t *testing.T) {
 			img := filepath.Join(dir, c.name+".luks")
 			integrityImage(t, key, plain, img, c.args...)
@@ -422,11 +435,8 @@ func TestIntegrityLsCat(t *testing.T) {
 // start), and the command exits 4 naming that sector; --allow-corrupt
 // streams everything with the bad sectors zeroed.
 func TestIntegrityDecryptToStdout(t *testing.T) {
-	dir := t.TempDir()
-	key := writeFile(t, filepath.Join(dir, "key"), "integrity passphrase")
-	plain := randomFile(t, dir, "plain.raw", 40<<20) // three areas at 512-byte sectors
-	pb, _ := os.ReadFile(plain)
-	for _, c := range []integrityCase{integrityCases[0], integrityCases[2], integrityCases[4]} {
+	dir, key, plain, pb := tamperFixture(t)
+	for _, c := range tamperCases() {
 		t.Run(c.name, func(t *testing.T) {
 			img := filepath.Join(dir, c.name+".luks")
 			integrityImage(t, key, plain, img, c.args...)

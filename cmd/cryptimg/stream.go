@@ -237,8 +237,9 @@ func streamName(s string) string {
 }
 
 // decryptAuthToStream decrypts an authenticated image file to stdout:
-// every sector is checked before it is written. Without --allow-corrupt the output stops before
-// the first bad sector's chunk and the command fails naming the sector.
+// every sector is checked before it is written. Without --allow-corrupt
+// the output stops before the first bad sector's chunk and the command
+// fails naming the sector.
 func decryptAuthToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, f *os.File, in, out string) error {
 	e, err := image.Open(f)
 	if err != nil {
@@ -260,8 +261,8 @@ func decryptAuthToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 		}
 		return n, err
 	})
-	if err == nil && bad != nil && !g.quiet {
-		fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in the output: %s\n", bad, corruptOf(bad).list())
+	if err == nil && bad != nil {
+		g.warnZeroed(bad, "the output")
 	}
 	return err
 }

@@ -147,20 +147,11 @@ func run(sizeMiB, rounds int, dir, only string) error {
 		if err := encryptInto(ctx, imgPath, plain, f); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		img, err := os.Open(imgPath)
-		if err != nil {
-			return err
-		}
-		defer img.Close()
-		e, err := image.Open(img)
+		e, k, closeImg, err := openUnlocked(imgPath, pass)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		k, err := e.Unlock(pass, -1)
-		if err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		defer k.Clear()
+		defer closeImg()
 		decPath, encPath := filepath.Join(dir, m.name+".dec"), filepath.Join(dir, m.name+".enc")
 		jobs = append(jobs,
 			job{m.name + "-verify", func() error {
@@ -288,20 +279,11 @@ func checkOutputs(ctx context.Context, dir, name string, pass []byte, want [32]b
 	if !wanted(name + "-encrypt") {
 		return nil
 	}
-	enc, err := os.Open(filepath.Join(dir, name+".enc"))
+	e, k, closeImg, err := openUnlocked(filepath.Join(dir, name+".enc"), pass)
 	if err != nil {
 		return err
 	}
-	defer enc.Close()
-	e, err := image.Open(enc)
-	if err != nil {
-		return err
-	}
-	k, err := e.Unlock(pass, -1)
-	if err != nil {
-		return err
-	}
-	defer k.Clear()
+	defer closeImg()
 	r, err := e.Verify(ctx, k, image.Pipeline{})
 	if err != nil {
 		return err
@@ -310,6 +292,23 @@ func checkOutputs(ctx context.Context, dir, name string, pass []byte, want [32]b
 		return fmt.Errorf("the encrypt output verifies %d bytes, %v", r.Bytes, r.Corrupt)
 	}
 	return nil
+}
+
+// openUnlocked opens the image at path and unlocks it with pass; done
+// clears the key and closes the file.
+func openUnlocked(path string, pass []byte) (e *image.Encrypted, k *image.Key, done func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if e, err = image.Open(f); err == nil {
+		k, err = e.Unlock(pass, -1)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, nil, err
+	}
+	return e, k, func() { k.Clear(); f.Close() }, nil
 }
 
 // checkDecrypted checks that the decrypt output of mode name is the
@@ -359,9 +358,7 @@ func hashFile(f *os.File, size int64, jobs int) error {
 				}
 				h.Write(buf[:n])
 			}
-			if h.Sum(nil)[0] == 0 && from < 0 { // keep the digest live
-				errs[i] = errors.New("unreachable")
-			}
+			h.Sum(nil)
 		})
 	}
 	wg.Wait()
