@@ -22,7 +22,7 @@ const (
 	sha256BlockSize = 64
 	// sha256Lanes is how many messages the HMAC driver takes at a time:
 	// the widest kernel's lane count.
-	sha256Lanes = 4
+	sha256Lanes = 16
 )
 
 // SHA256State is a SHA-256 chaining value, the words H0..H7 of FIPS 180-4
@@ -116,6 +116,7 @@ const (
 	sha256KernelSHANI                // amd64 SHA-NI, 4 lanes for long runs, else 2 (and 1)
 	sha256KernelSHANI2               // amd64 SHA-NI, 2 lanes (and 1)
 	sha256KernelSHANI4               // amd64 SHA-NI, 4 lanes (and 2 and 1)
+	sha256KernelAVX512               // amd64 AVX-512, 16 lanes (fewer on SHA-NI when there is SHA-NI)
 )
 
 func newSHA256Impl(name string, lanes int, kern sha256Kernel) SHA256Impl {

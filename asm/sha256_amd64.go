@@ -24,37 +24,90 @@ func cpuHasSHA() bool {
 	return ebx&(1<<29) != 0
 }
 
+// hasSHA256AVX512 reports whether the 16-lane kernel can run: it uses
+// AVX-512F on zmm registers and VPSHUFB on zmm (AVX-512BW); x/sys/cpu
+// reports them only when the OS saves the zmm state.
+var hasSHA256AVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+
+// preferSHA256AVX512 reports whether the 16-lane AVX-512 kernel beats the
+// SHA-NI ones on this CPU. It does on AMD Zen 5 (family 0x1a), whose
+// vector units are 512 bits wide: there 16 lanes compress about 2.4x as
+// fast as the best SHA-NI kernel (BenchmarkSHA256Blocks). Elsewhere it is
+// measured on no CPU here, so SHA-NI stays first where the CPU has it,
+// and the 16-lane kernel leads only where SHA-NI is missing (the Intel
+// server cores of 2017-2020), where the alternative is the generic code.
+func preferSHA256AVX512() bool {
+	if !hasSHA256AVX512 {
+		return false
+	}
+	if !hasSHANI {
+		return true
+	}
+	_, b, c, d := cpuidAsm(0, 0)
+	amd := b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163 // "AuthenticAMD"
+	eax, _, _, _ := cpuidAsm(1, 0)
+	family := eax >> 8 & 0xf
+	if family == 0xf {
+		family += eax >> 20 & 0xff
+	}
+	return amd && family >= 0x1a
+}
+
 // sha256ArchImpls lists the amd64 SHA-256 kernels this CPU supports, best
 // first. Measured on AMD Zen 5 (BenchmarkSHA256Blocks, BenchmarkHMACSHA256):
-// one lane compresses about 1.5 GB/s, latency-bound; two lanes about
-// 2.4 GB/s, close to all the SHA unit gives, four lanes no more in long
-// runs. The 4-lane kernel keeps its message schedules in memory and
+// one SHA-NI lane compresses about 1.5 GB/s, latency-bound; two lanes
+// about 2.4 GB/s, close to all the SHA unit gives, four lanes no more in
+// long runs. The 4-lane kernel keeps its message schedules in memory and
 // computes each block's ahead of its rounds, which costs a block's worth
 // of unoverlapped work per call: over the 1- and 7-block pieces of a
 // 512-byte sector's HMAC it loses to the 2-lane one (1.5 against 1.75
 // GB/s), over the 63-block body of a 4096-byte sector it wins by about 7%
 // (2.45 against 2.3 GB/s). So "sha-ni" takes four lanes for runs of at
-// least sha256WideBlocks blocks and two otherwise; the fixed kernels are
-// listed after it for the tests and for measuring other CPUs.
+// least sha256WideBlocks blocks and two otherwise. "avx512" runs 16 lanes
+// in zmm registers without the SHA extensions, and fewer than
+// sha256AVX512MinLanes on SHA-NI when there is SHA-NI. The fixed kernels
+// are listed after the best for the tests and for measuring other CPUs.
 func sha256ArchImpls() []SHA256Impl {
-	if !hasSHANI {
-		return nil
+	var impls []SHA256Impl
+	if hasSHANI {
+		impls = append(impls,
+			newSHA256Impl("sha-ni", 4, sha256KernelSHANI),
+			newSHA256Impl("sha-ni-x2", 2, sha256KernelSHANI2),
+			newSHA256Impl("sha-ni-x4", 4, sha256KernelSHANI4))
 	}
-	return []SHA256Impl{
-		newSHA256Impl("sha-ni", 4, sha256KernelSHANI),
-		newSHA256Impl("sha-ni-x2", 2, sha256KernelSHANI2),
-		newSHA256Impl("sha-ni-x4", 4, sha256KernelSHANI4),
+	if hasSHA256AVX512 {
+		x16 := newSHA256Impl("avx512", 16, sha256KernelAVX512)
+		if preferSHA256AVX512() {
+			impls = append([]SHA256Impl{x16}, impls...)
+		} else {
+			impls = append(impls, x16)
+		}
 	}
+	return impls
 }
 
 // sha256WideBlocks is the shortest run for which sha256KernelSHANI uses
 // the 4-lane kernel.
 const sha256WideBlocks = 16
 
+// sha256AVX512MinLanes is the fewest lanes for which sha256KernelAVX512
+// runs the 16-lane kernel, with the missing lanes repeating the first,
+// when SHA-NI could take them instead: the 16-lane kernel costs the same
+// for any number of real lanes, about as much as 7 lanes on the 2-lane
+// SHA-NI kernel on Zen 5.
+const sha256AVX512MinLanes = 10
+
 // sha256ArchCompress runs a kernel over the first lanes lanes of h and p,
 // nblocks blocks each (the caller checked the lengths): the widest kernel
 // first, narrower ones for the rest.
 func sha256ArchCompress(kern sha256Kernel, h *[sha256Lanes]SHA256State, p *[sha256Lanes][]byte, lanes, nblocks int) {
+	if kern == sha256KernelAVX512 {
+		if lanes >= sha256AVX512MinLanes || !hasSHANI {
+			sha256x16(h, p, lanes, nblocks)
+			return
+		}
+		kern = sha256KernelSHANI
+	}
 	j := 0
 	if kern == sha256KernelSHANI4 || kern == sha256KernelSHANI && nblocks >= sha256WideBlocks {
 		for ; lanes-j >= 4; j += 4 {
@@ -67,6 +120,15 @@ func sha256ArchCompress(kern sha256Kernel, h *[sha256Lanes]SHA256State, p *[sha2
 	if j < lanes {
 		sha256x1SHANI(&h[j], &p[j][0], nblocks)
 	}
+}
+
+// sha256x16 runs the 16-lane kernel over lanes <= 16 lanes, the missing
+// ones compressing lane 0's blocks into states nobody reads.
+func sha256x16(h *[sha256Lanes]SHA256State, p *[sha256Lanes][]byte, lanes, nblocks int) {
+	for j := lanes; j < 16; j++ {
+		p[j] = p[0]
+	}
+	sha256x16AVX512(h, p, nblocks)
 }
 
 // sha256x1SHANI compresses n > 0 blocks at p into h.
@@ -85,3 +147,9 @@ func sha256x2SHANI(h *[2]SHA256State, p0, p1 *byte, n int)
 //
 //go:noescape
 func sha256x4SHANI(h *[4]SHA256State, p0, p1, p2, p3 *byte, n int)
+
+// sha256x16AVX512 compresses n > 0 blocks at each of p[0..15] into
+// h[0..15], interleaved. Every p[j] holds at least n blocks.
+//
+//go:noescape
+func sha256x16AVX512(h *[16]SHA256State, p *[16][]byte, n int)

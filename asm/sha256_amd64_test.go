@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -60,33 +62,79 @@ func cpuinfoFlag(flag string) (has, known bool) {
 	return false, false
 }
 
-// The SHA-NI kernels are selected exactly when the kernel reports the SHA
-// extensions: a CPUID check that went wrong would otherwise fall back to
+// The kernels are selected exactly when the kernel reports their
+// instructions: a CPUID check that went wrong would otherwise fall back to
 // the generic code (or crash on a CPU without them) and every test would
-// still pass.
-func TestSHA256SHANISelected(t *testing.T) {
-	has, known := cpuinfoFlag("sha_ni")
+// still pass. The 16-lane AVX-512 kernel leads where it is measured to
+// win (Zen 5) or where there is no SHA-NI; the SHA-NI kernels otherwise.
+func TestSHA256KernelsSelected(t *testing.T) {
+	sha, known := cpuinfoFlag("sha_ni")
 	if !known {
 		t.Skip("no flags line in /proc/cpuinfo")
 	}
-	if has != hasSHANI {
-		t.Fatalf("/proc/cpuinfo says sha_ni %v, CPUID detection says %v", has, hasSHANI)
+	f, _ := cpuinfoFlag("avx512f")
+	bw, _ := cpuinfoFlag("avx512bw")
+	if sha != hasSHANI {
+		t.Fatalf("/proc/cpuinfo says sha_ni %v, CPUID detection says %v", sha, hasSHANI)
 	}
-	if !has {
-		if BestSHA256().Name != GenericSHA256.Name {
-			t.Fatalf("BestSHA256() = %q without SHA-NI", BestSHA256().Name)
+	if f && bw != hasSHA256AVX512 {
+		t.Fatalf("/proc/cpuinfo says avx512f and avx512bw %v, detection says %v", f && bw, hasSHA256AVX512)
+	}
+	var want []string
+	if sha {
+		want = append(want, "sha-ni", "sha-ni-x2", "sha-ni-x4")
+	}
+	if f && bw {
+		if !sha || preferSHA256AVX512() {
+			want = append([]string{"avx512"}, want...)
+		} else {
+			want = append(want, "avx512")
 		}
-		t.Skip("CPU has no SHA extensions")
 	}
+	want = append(want, "generic")
 	var names []string
 	for _, impl := range SHA256Implementations() {
 		names = append(names, impl.Name)
 	}
-	if want := []string{"sha-ni", "sha-ni-x2", "sha-ni-x4", "generic"}; strings.Join(names, " ") != strings.Join(want, " ") {
+	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Fatalf("SHA256Implementations() = %v, want %v", names, want)
 	}
-	if best := BestSHA256(); best.Name != "sha-ni" || best.Lanes != 4 {
-		t.Fatalf("BestSHA256() = %q (%d lanes), want sha-ni", best.Name, best.Lanes)
+	if BestSHA256().Name != want[0] {
+		t.Fatalf("BestSHA256() = %q, want %q", BestSHA256().Name, want[0])
+	}
+	if want[0] == "generic" {
+		t.Skip("CPU has neither SHA extensions nor AVX-512")
+	}
+}
+
+// preferSHA256AVX512 picks the 16-lane kernel on AMD family 0x1a (Zen 5)
+// only; the family decoding is checked against /proc/cpuinfo.
+func TestSHA256PreferAVX512(t *testing.T) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo")
+	}
+	var vendor, family string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		switch strings.TrimSpace(name) {
+		case "vendor_id":
+			if vendor == "" && ok {
+				vendor = strings.TrimSpace(value)
+			}
+		case "cpu family":
+			if family == "" && ok {
+				family = strings.TrimSpace(value)
+			}
+		}
+	}
+	fam, err := strconv.Atoi(family)
+	if vendor == "" || err != nil {
+		t.Skip("no vendor or family in /proc/cpuinfo")
+	}
+	want := hasSHA256AVX512 && (!hasSHANI || vendor == "AuthenticAMD" && fam >= 0x1a)
+	if got := preferSHA256AVX512(); got != want {
+		t.Fatalf("preferSHA256AVX512() = %v on %s family %d (sha-ni %v, avx512 %v), want %v", got, vendor, fam, hasSHANI, hasSHA256AVX512, want)
 	}
 }
 
@@ -123,6 +171,41 @@ func TestSHA256KernelsDirect(t *testing.T) {
 		sha256x4SHANI(&got, &data[0][0], &data[1][0], &data[2][0], &data[3][0], nb)
 		if got != want {
 			t.Fatalf("x4, %d blocks: differs from generic", nb)
+		}
+	}
+}
+
+// The 16-lane kernel called directly: every lane its own data and
+// chaining value, and sha256x16 with fewer lanes leaves the real lanes
+// right and reads only lane 0's blocks for the rest.
+func TestSHA256X16Direct(t *testing.T) {
+	if !hasSHA256AVX512 {
+		t.Skip("no AVX-512")
+	}
+	for _, nb := range []int{1, 2, 3, 16, 65} {
+		var h, want [16]SHA256State
+		var data [16][]byte
+		for j := range 16 {
+			data[j] = make([]byte, nb*64+j)[j:]
+			rand.Read(data[j])
+			for w := range h[j] {
+				h[j][w] = uint32(j*0x01010101+w) * 0x9e3779b9
+			}
+			want[j] = h[j]
+			sha256BlocksGeneric(&want[j], data[j])
+		}
+		got := h
+		p := data
+		sha256x16AVX512(&got, &p, nb)
+		if got != want {
+			t.Fatalf("x16, %d blocks: differs from generic", nb)
+		}
+		for _, lanes := range []int{1, 9, 10, 15} {
+			got, p = h, data
+			sha256x16(&got, &p, lanes, nb)
+			if !slices.Equal(got[:lanes], want[:lanes]) {
+				t.Fatalf("x16 with %d lanes, %d blocks: differs from generic", lanes, nb)
+			}
 		}
 	}
 }

@@ -355,6 +355,168 @@ x4block:
 	RET`)
 }
 
+// zalloc hands out the zmm registers Z8..Z31 that the 16-lane kernel does
+// not keep its state in.
+type zalloc struct{ free []string }
+
+func newZalloc() *zalloc {
+	z := &zalloc{}
+	for i := 31; i >= 8; i-- {
+		z.free = append(z.free, fmt.Sprintf("Z%d", i))
+	}
+	return z
+}
+
+func (z *zalloc) get() string {
+	if len(z.free) == 0 {
+		log.Fatal("sha256_gen: out of zmm registers")
+	}
+	r := z.free[len(z.free)-1]
+	z.free = z.free[:len(z.free)-1]
+	return r
+}
+
+func (z *zalloc) put(rs ...string) { z.free = append(z.free, rs...) }
+
+// x16Load emits the loads of one block of each of the 16 lanes and their
+// transposition: it returns w with w[k] holding message word k (byte
+// order already reversed) of lane j in dword j.
+func x16Load(z *zalloc) [16]string {
+	var rows [16]string
+	for j := range 16 {
+		rows[j] = z.get()
+		emit("\tMOVQ %d(BX), R8", 24*j)
+		emit("\tVMOVDQU32 (R8)(SI*1), %s", rows[j])
+		emit("\tVPSHUFB sha256BSwap16<>(SB), %s, %s", rows[j], rows[j])
+	}
+	// Within each 128-bit lane L, rows 4q..4q+3 become D[q][c] = word
+	// 4L+c of those rows: unpack dwords, then qwords.
+	var lo, hi [8]string
+	for i := range 8 {
+		lo[i], hi[i] = z.get(), z.get()
+		emit("\tVPUNPCKLDQ %s, %s, %s", rows[2*i+1], rows[2*i], lo[i])
+		emit("\tVPUNPCKHDQ %s, %s, %s", rows[2*i+1], rows[2*i], hi[i])
+		z.put(rows[2*i], rows[2*i+1])
+	}
+	var d [4][4]string
+	for q := range 4 {
+		for c, src := range [][8]string{lo, lo, hi, hi} {
+			op := "VPUNPCKLQDQ"
+			if c%2 == 1 {
+				op = "VPUNPCKHQDQ"
+			}
+			d[q][c] = z.get()
+			emit("\t%s %s, %s, %s", op, src[2*q+1], src[2*q], d[q][c])
+		}
+		z.put(lo[2*q], lo[2*q+1], hi[2*q], hi[2*q+1])
+	}
+	// Then, for each c, a 4x4 transpose of 128-bit lanes: word 4L+c of
+	// all 16 rows, row 4q+i in dword 4q+i.
+	shuf := func(a0, a1, b0, b1 int) int { return a0 | a1<<2 | b0<<4 | b1<<6 }
+	var w [16]string
+	for c := range 4 {
+		var e [4]string
+		for i, pair := range [][2]int{{0, 1}, {0, 1}, {2, 3}, {2, 3}} {
+			sel := 2 * (i % 2)
+			e[i] = z.get()
+			emit("\tVSHUFI32X4 $0x%02x, %s, %s, %s", shuf(sel, sel+1, sel, sel+1), d[pair[1]][c], d[pair[0]][c], e[i])
+		}
+		z.put(d[0][c], d[1][c], d[2][c], d[3][c])
+		for l := range 4 {
+			x, y := e[l/2], e[2+l/2]
+			sel := l % 2
+			w[4*l+c] = z.get()
+			emit("\tVSHUFI32X4 $0x%02x, %s, %s, %s", shuf(sel, sel+2, sel, sel+2), y, x, w[4*l+c])
+		}
+		z.put(e[:]...)
+	}
+	return w
+}
+
+func genX16() {
+	emit(`// func sha256x16AVX512(h *[16]SHA256State, p *[16][]byte, n int)
+//
+// The state is held word by word across the lanes: Zi holds word i of
+// every lane's chaining value, gathered from h and scattered back with
+// the dword indices in sha256X16Index<>. SI is the offset of the current
+// block in every lane; the chaining values entering a block are saved at
+// 0(SP) for the final additions.
+TEXT ·sha256x16AVX512(SB), $512-24
+	MOVQ h+0(FP), DI
+	MOVQ p+8(FP), BX
+	MOVQ n+16(FP), CX
+	XORQ SI, SI
+	VMOVDQU32 sha256X16Index<>(SB), Z8`)
+	for i := range 8 {
+		emit("	KXNORW K0, K0, K1")
+		emit("	VPGATHERDD %d(DI)(Z8*4), K1, Z%d", 4*i, i)
+	}
+	emit("\nx16block:")
+	for i := range 8 {
+		emit("	VMOVDQU32 Z%d, %d(SP)", i, 64*i)
+	}
+	z := newZalloc()
+	w := x16Load(z)
+	// s names the registers of a..h; each round's T1 accumulates in h's,
+	// which then becomes the new a, and d's becomes the new e.
+	s := [8]string{"Z0", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7"}
+	rt := [3]string{z.get(), z.get(), z.get()}
+	st := [3]string{z.get(), z.get(), z.get()}
+	sigma := func(t [3]string, x string, r1, r2, r3 int, shift bool) {
+		emit("\tVPRORD $%d, %s, %s", r1, x, t[0])
+		emit("\tVPRORD $%d, %s, %s", r2, x, t[1])
+		if shift {
+			emit("\tVPSRLD $%d, %s, %s", r3, x, t[2])
+		} else {
+			emit("\tVPRORD $%d, %s, %s", r3, x, t[2])
+		}
+		emit("\tVPTERNLOGD $0x96, %s, %s, %s", t[2], t[1], t[0])
+	}
+	for t := range 64 {
+		wt := w[t%16]
+		if t >= 16 {
+			// W[t] = sigma1(W[t-2]) + W[t-7] + sigma0(W[t-15]) + W[t-16],
+			// over W[t-16]'s register.
+			sigma(st, w[(t-15)%16], 7, 18, 3, true)
+			emit("\tVPADDD %s, %s, %s", st[0], wt, wt)
+			sigma(st, w[(t-2)%16], 17, 19, 10, true)
+			emit("\tVPADDD %s, %s, %s", st[0], wt, wt)
+			emit("\tVPADDD %s, %s, %s", w[(t-7)%16], wt, wt)
+		}
+		a, b, c, d, e, f, g, h := s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
+		emit("\tVPADDD %s, %s, %s", wt, h, h)
+		emit("\tVPADDD.BCST sha256K<>+0x%02x(SB), %s, %s", 4*t, h, h)
+		sigma(rt, e, 6, 11, 25, false)
+		emit("\tVPADDD %s, %s, %s", rt[0], h, h)
+		emit("\tVMOVDQA32 %s, %s", e, rt[1])
+		emit("\tVPTERNLOGD $0xca, %s, %s, %s", g, f, rt[1]) // Ch: e ? f : g
+		emit("\tVPADDD %s, %s, %s", rt[1], h, h)
+		emit("\tVPADDD %s, %s, %s", h, d, d)
+		sigma(rt, a, 2, 13, 22, false)
+		emit("\tVPADDD %s, %s, %s", rt[0], h, h)
+		emit("\tVMOVDQA32 %s, %s", a, rt[1])
+		emit("\tVPTERNLOGD $0xe8, %s, %s, %s", c, b, rt[1]) // Maj
+		emit("\tVPADDD %s, %s, %s", rt[1], h, h)
+		s = [8]string{h, a, b, c, d, e, f, g}
+	}
+	if s != [8]string{"Z0", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7"} {
+		log.Fatal("sha256_gen: 16-lane state registers out of place after 64 rounds")
+	}
+	for i := range 8 {
+		emit("\tVPADDD %d(SP), Z%d, Z%d", 64*i, i, i)
+	}
+	emit(`	ADDQ $64, SI
+	DECQ CX
+	JNZ x16block
+`)
+	emit("\tVMOVDQU32 sha256X16Index<>(SB), Z8")
+	for i := range 8 {
+		emit("\tKXNORW K0, K0, K1")
+		emit("\tVPSCATTERDD Z%d, K1, %d(DI)(Z8*4)", i, 4*i)
+	}
+	emit("\tVZEROUPPER\n\tRET")
+}
+
 func main() {
 	dst := flag.String("out", "sha256_amd64.s", "output file")
 	flag.Parse()
@@ -372,11 +534,23 @@ func main() {
 		emit("DATA sha256K<>+0x%02x(SB)/4, $0x%08x", 4*i, k)
 	}
 	emit("GLOBL sha256K<>(SB), RODATA|NOPTR, $256\n")
+	emit("// sha256BSwap16<> reverses the bytes of each dword of a zmm register.")
+	for i := range 8 {
+		emit("DATA sha256BSwap16<>+0x%02x(SB)/8, $0x%016x", 8*i, []uint64{0x0405060700010203, 0x0c0d0e0f08090a0b}[i%2])
+	}
+	emit("GLOBL sha256BSwap16<>(SB), RODATA|NOPTR, $64\n")
+	emit("// sha256X16Index<> is the dword index of word 0 of each of 16 chaining values.")
+	for j := range 16 {
+		emit("DATA sha256X16Index<>+0x%02x(SB)/4, $%d", 4*j, 8*j)
+	}
+	emit("GLOBL sha256X16Index<>(SB), RODATA|NOPTR, $64\n")
 	out.WriteString(macros)
 	emit("")
 	genX1()
 	genX2()
 	genX4()
+	emit("")
+	genX16()
 	if err := os.WriteFile(*dst, out.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}

@@ -15,11 +15,11 @@ func TestHMACSHA256GuardPages(t *testing.T) {
 	key := make([]byte, 32)
 	rand.Read(key)
 	k := newHMACKey(key)
-	const maxN = 9
+	const maxN = 17
 	msgMem, aadMem, tagMem := guarded(t, maxN*4096), guarded(t, maxN*100), guarded(t, maxN*32)
 	for _, impl := range SHA256Implementations() {
 		for _, shape := range []struct{ a, m int }{{24, 512}, {24, 4096}, {0, 64}, {0, 100}, {40, 24}, {70, 1}, {16, 16}} {
-			for _, n := range []int{1, 2, 3, 4, 5, 8, maxN} {
+			for _, n := range []int{1, 2, 3, 4, 5, 8, 9, 10, 16, maxN} {
 				msgs, aads := make([]byte, n*shape.m), make([]byte, n*shape.a)
 				rand.Read(msgs)
 				rand.Read(aads)
