@@ -85,25 +85,6 @@ DATA sha256BSwap16<>+0x30(SB)/8, $0x0405060700010203
 DATA sha256BSwap16<>+0x38(SB)/8, $0x0c0d0e0f08090a0b
 GLOBL sha256BSwap16<>(SB), RODATA|NOPTR, $64
 
-// sha256X16Index<> is the dword index of word 0 of each of 16 chaining values.
-DATA sha256X16Index<>+0x00(SB)/4, $0
-DATA sha256X16Index<>+0x04(SB)/4, $8
-DATA sha256X16Index<>+0x08(SB)/4, $16
-DATA sha256X16Index<>+0x0c(SB)/4, $24
-DATA sha256X16Index<>+0x10(SB)/4, $32
-DATA sha256X16Index<>+0x14(SB)/4, $40
-DATA sha256X16Index<>+0x18(SB)/4, $48
-DATA sha256X16Index<>+0x1c(SB)/4, $56
-DATA sha256X16Index<>+0x20(SB)/4, $64
-DATA sha256X16Index<>+0x24(SB)/4, $72
-DATA sha256X16Index<>+0x28(SB)/4, $80
-DATA sha256X16Index<>+0x2c(SB)/4, $88
-DATA sha256X16Index<>+0x30(SB)/4, $96
-DATA sha256X16Index<>+0x34(SB)/4, $104
-DATA sha256X16Index<>+0x38(SB)/4, $112
-DATA sha256X16Index<>+0x3c(SB)/4, $120
-GLOBL sha256X16Index<>(SB), RODATA|NOPTR, $64
-
 // sha256BSwap<> is the PSHUFB mask that reverses the bytes of each dword:
 // message words are big-endian.
 DATA sha256BSwap<>+0x00(SB)/8, $0x0405060700010203
@@ -698,32 +679,71 @@ x4last:
 // func sha256x16AVX512(h *[16]SHA256State, p *[16][]byte, n int)
 //
 // The state is held word by word across the lanes: Zi holds word i of
-// every lane's chaining value, gathered from h and scattered back with
-// the dword indices in sha256X16Index<>. SI is the offset of the current
-// block in every lane; the chaining values entering a block are saved at
-// 0(SP) for the final additions.
+// every lane's chaining value, transposed from h's 512 bytes in three
+// VPERMI2D steps and back at the end (sha256X16Perm<>). SI is the offset
+// of the current block in every lane; the chaining values entering a
+// block are saved at 0(SP) for the final additions.
 TEXT ·sha256x16AVX512(SB), $512-24
 	MOVQ h+0(FP), DI
 	MOVQ p+8(FP), BX
 	MOVQ n+16(FP), CX
 	XORQ SI, SI
-	VMOVDQU32 sha256X16Index<>(SB), Z8
-	KXNORW K0, K0, K1
-	VPGATHERDD 0(DI)(Z8*4), K1, Z0
-	KXNORW K0, K0, K1
-	VPGATHERDD 4(DI)(Z8*4), K1, Z1
-	KXNORW K0, K0, K1
-	VPGATHERDD 8(DI)(Z8*4), K1, Z2
-	KXNORW K0, K0, K1
-	VPGATHERDD 12(DI)(Z8*4), K1, Z3
-	KXNORW K0, K0, K1
-	VPGATHERDD 16(DI)(Z8*4), K1, Z4
-	KXNORW K0, K0, K1
-	VPGATHERDD 20(DI)(Z8*4), K1, Z5
-	KXNORW K0, K0, K1
-	VPGATHERDD 24(DI)(Z8*4), K1, Z6
-	KXNORW K0, K0, K1
-	VPGATHERDD 28(DI)(Z8*4), K1, Z7
+	VMOVDQU32 0(DI), Z8
+	VMOVDQU32 64(DI), Z9
+	VMOVDQU32 128(DI), Z10
+	VMOVDQU32 192(DI), Z11
+	VMOVDQU32 256(DI), Z12
+	VMOVDQU32 320(DI), Z13
+	VMOVDQU32 384(DI), Z14
+	VMOVDQU32 448(DI), Z15
+	VMOVDQU32 sha256X16Perm<>+0x000(SB), Z16
+	VPERMI2D Z9, Z8, Z16
+	VMOVDQU32 sha256X16Perm<>+0x040(SB), Z17
+	VPERMI2D Z9, Z8, Z17
+	VMOVDQU32 sha256X16Perm<>+0x080(SB), Z18
+	VPERMI2D Z11, Z10, Z18
+	VMOVDQU32 sha256X16Perm<>+0x0c0(SB), Z19
+	VPERMI2D Z11, Z10, Z19
+	VMOVDQU32 sha256X16Perm<>+0x100(SB), Z20
+	VPERMI2D Z13, Z12, Z20
+	VMOVDQU32 sha256X16Perm<>+0x140(SB), Z21
+	VPERMI2D Z13, Z12, Z21
+	VMOVDQU32 sha256X16Perm<>+0x180(SB), Z22
+	VPERMI2D Z15, Z14, Z22
+	VMOVDQU32 sha256X16Perm<>+0x1c0(SB), Z23
+	VPERMI2D Z15, Z14, Z23
+	VMOVDQU32 sha256X16Perm<>+0x200(SB), Z15
+	VPERMI2D Z18, Z16, Z15
+	VMOVDQU32 sha256X16Perm<>+0x240(SB), Z14
+	VPERMI2D Z19, Z17, Z14
+	VMOVDQU32 sha256X16Perm<>+0x280(SB), Z13
+	VPERMI2D Z18, Z16, Z13
+	VMOVDQU32 sha256X16Perm<>+0x2c0(SB), Z12
+	VPERMI2D Z19, Z17, Z12
+	VMOVDQU32 sha256X16Perm<>+0x300(SB), Z11
+	VPERMI2D Z22, Z20, Z11
+	VMOVDQU32 sha256X16Perm<>+0x340(SB), Z10
+	VPERMI2D Z23, Z21, Z10
+	VMOVDQU32 sha256X16Perm<>+0x380(SB), Z9
+	VPERMI2D Z22, Z20, Z9
+	VMOVDQU32 sha256X16Perm<>+0x3c0(SB), Z8
+	VPERMI2D Z23, Z21, Z8
+	VMOVDQU32 sha256X16Perm<>+0x400(SB), Z0
+	VPERMI2D Z11, Z15, Z0
+	VMOVDQU32 sha256X16Perm<>+0x440(SB), Z1
+	VPERMI2D Z10, Z14, Z1
+	VMOVDQU32 sha256X16Perm<>+0x480(SB), Z2
+	VPERMI2D Z9, Z13, Z2
+	VMOVDQU32 sha256X16Perm<>+0x4c0(SB), Z3
+	VPERMI2D Z8, Z12, Z3
+	VMOVDQU32 sha256X16Perm<>+0x500(SB), Z4
+	VPERMI2D Z11, Z15, Z4
+	VMOVDQU32 sha256X16Perm<>+0x540(SB), Z5
+	VPERMI2D Z10, Z14, Z5
+	VMOVDQU32 sha256X16Perm<>+0x580(SB), Z6
+	VPERMI2D Z9, Z13, Z6
+	VMOVDQU32 sha256X16Perm<>+0x5c0(SB), Z7
+	VPERMI2D Z8, Z12, Z7
 
 x16block:
 	VMOVDQU32 Z0, 0(SP)
@@ -2602,22 +2622,832 @@ x16block:
 	DECQ CX
 	JNZ x16block
 
-	VMOVDQU32 sha256X16Index<>(SB), Z8
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z0, K1, 0(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z1, K1, 4(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z2, K1, 8(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z3, K1, 12(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z4, K1, 16(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z5, K1, 20(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z6, K1, 24(DI)(Z8*4)
-	KXNORW K0, K0, K1
-	VPSCATTERDD Z7, K1, 28(DI)(Z8*4)
+	VMOVDQU32 sha256X16Perm<>+0x600(SB), Z8
+	VPERMI2D Z4, Z0, Z8
+	VMOVDQU32 sha256X16Perm<>+0x640(SB), Z9
+	VPERMI2D Z5, Z1, Z9
+	VMOVDQU32 sha256X16Perm<>+0x680(SB), Z10
+	VPERMI2D Z6, Z2, Z10
+	VMOVDQU32 sha256X16Perm<>+0x6c0(SB), Z11
+	VPERMI2D Z7, Z3, Z11
+	VMOVDQU32 sha256X16Perm<>+0x700(SB), Z12
+	VPERMI2D Z4, Z0, Z12
+	VMOVDQU32 sha256X16Perm<>+0x740(SB), Z13
+	VPERMI2D Z5, Z1, Z13
+	VMOVDQU32 sha256X16Perm<>+0x780(SB), Z14
+	VPERMI2D Z6, Z2, Z14
+	VMOVDQU32 sha256X16Perm<>+0x7c0(SB), Z15
+	VPERMI2D Z7, Z3, Z15
+	VMOVDQU32 sha256X16Perm<>+0x800(SB), Z7
+	VPERMI2D Z10, Z8, Z7
+	VMOVDQU32 sha256X16Perm<>+0x840(SB), Z6
+	VPERMI2D Z11, Z9, Z6
+	VMOVDQU32 sha256X16Perm<>+0x880(SB), Z5
+	VPERMI2D Z10, Z8, Z5
+	VMOVDQU32 sha256X16Perm<>+0x8c0(SB), Z4
+	VPERMI2D Z11, Z9, Z4
+	VMOVDQU32 sha256X16Perm<>+0x900(SB), Z3
+	VPERMI2D Z14, Z12, Z3
+	VMOVDQU32 sha256X16Perm<>+0x940(SB), Z2
+	VPERMI2D Z15, Z13, Z2
+	VMOVDQU32 sha256X16Perm<>+0x980(SB), Z1
+	VPERMI2D Z14, Z12, Z1
+	VMOVDQU32 sha256X16Perm<>+0x9c0(SB), Z0
+	VPERMI2D Z15, Z13, Z0
+	VMOVDQU32 sha256X16Perm<>+0xa00(SB), Z15
+	VPERMI2D Z6, Z7, Z15
+	VMOVDQU32 sha256X16Perm<>+0xa40(SB), Z14
+	VPERMI2D Z6, Z7, Z14
+	VMOVDQU32 sha256X16Perm<>+0xa80(SB), Z13
+	VPERMI2D Z4, Z5, Z13
+	VMOVDQU32 sha256X16Perm<>+0xac0(SB), Z12
+	VPERMI2D Z4, Z5, Z12
+	VMOVDQU32 sha256X16Perm<>+0xb00(SB), Z11
+	VPERMI2D Z2, Z3, Z11
+	VMOVDQU32 sha256X16Perm<>+0xb40(SB), Z10
+	VPERMI2D Z2, Z3, Z10
+	VMOVDQU32 sha256X16Perm<>+0xb80(SB), Z9
+	VPERMI2D Z0, Z1, Z9
+	VMOVDQU32 sha256X16Perm<>+0xbc0(SB), Z8
+	VPERMI2D Z0, Z1, Z8
+	VMOVDQU32 Z15, 0(DI)
+	VMOVDQU32 Z14, 64(DI)
+	VMOVDQU32 Z13, 128(DI)
+	VMOVDQU32 Z12, 192(DI)
+	VMOVDQU32 Z11, 256(DI)
+	VMOVDQU32 Z10, 320(DI)
+	VMOVDQU32 Z9, 384(DI)
+	VMOVDQU32 Z8, 448(DI)
 	VZEROUPPER
 	RET
+
+// sha256X16Perm<> are the VPERMI2D indices of the transpositions.
+DATA sha256X16Perm<>+0x000(SB)/4, $0
+DATA sha256X16Perm<>+0x004(SB)/4, $16
+DATA sha256X16Perm<>+0x008(SB)/4, $2
+DATA sha256X16Perm<>+0x00c(SB)/4, $18
+DATA sha256X16Perm<>+0x010(SB)/4, $4
+DATA sha256X16Perm<>+0x014(SB)/4, $20
+DATA sha256X16Perm<>+0x018(SB)/4, $6
+DATA sha256X16Perm<>+0x01c(SB)/4, $22
+DATA sha256X16Perm<>+0x020(SB)/4, $8
+DATA sha256X16Perm<>+0x024(SB)/4, $24
+DATA sha256X16Perm<>+0x028(SB)/4, $10
+DATA sha256X16Perm<>+0x02c(SB)/4, $26
+DATA sha256X16Perm<>+0x030(SB)/4, $12
+DATA sha256X16Perm<>+0x034(SB)/4, $28
+DATA sha256X16Perm<>+0x038(SB)/4, $14
+DATA sha256X16Perm<>+0x03c(SB)/4, $30
+DATA sha256X16Perm<>+0x040(SB)/4, $1
+DATA sha256X16Perm<>+0x044(SB)/4, $17
+DATA sha256X16Perm<>+0x048(SB)/4, $3
+DATA sha256X16Perm<>+0x04c(SB)/4, $19
+DATA sha256X16Perm<>+0x050(SB)/4, $5
+DATA sha256X16Perm<>+0x054(SB)/4, $21
+DATA sha256X16Perm<>+0x058(SB)/4, $7
+DATA sha256X16Perm<>+0x05c(SB)/4, $23
+DATA sha256X16Perm<>+0x060(SB)/4, $9
+DATA sha256X16Perm<>+0x064(SB)/4, $25
+DATA sha256X16Perm<>+0x068(SB)/4, $11
+DATA sha256X16Perm<>+0x06c(SB)/4, $27
+DATA sha256X16Perm<>+0x070(SB)/4, $13
+DATA sha256X16Perm<>+0x074(SB)/4, $29
+DATA sha256X16Perm<>+0x078(SB)/4, $15
+DATA sha256X16Perm<>+0x07c(SB)/4, $31
+DATA sha256X16Perm<>+0x080(SB)/4, $0
+DATA sha256X16Perm<>+0x084(SB)/4, $16
+DATA sha256X16Perm<>+0x088(SB)/4, $2
+DATA sha256X16Perm<>+0x08c(SB)/4, $18
+DATA sha256X16Perm<>+0x090(SB)/4, $4
+DATA sha256X16Perm<>+0x094(SB)/4, $20
+DATA sha256X16Perm<>+0x098(SB)/4, $6
+DATA sha256X16Perm<>+0x09c(SB)/4, $22
+DATA sha256X16Perm<>+0x0a0(SB)/4, $8
+DATA sha256X16Perm<>+0x0a4(SB)/4, $24
+DATA sha256X16Perm<>+0x0a8(SB)/4, $10
+DATA sha256X16Perm<>+0x0ac(SB)/4, $26
+DATA sha256X16Perm<>+0x0b0(SB)/4, $12
+DATA sha256X16Perm<>+0x0b4(SB)/4, $28
+DATA sha256X16Perm<>+0x0b8(SB)/4, $14
+DATA sha256X16Perm<>+0x0bc(SB)/4, $30
+DATA sha256X16Perm<>+0x0c0(SB)/4, $1
+DATA sha256X16Perm<>+0x0c4(SB)/4, $17
+DATA sha256X16Perm<>+0x0c8(SB)/4, $3
+DATA sha256X16Perm<>+0x0cc(SB)/4, $19
+DATA sha256X16Perm<>+0x0d0(SB)/4, $5
+DATA sha256X16Perm<>+0x0d4(SB)/4, $21
+DATA sha256X16Perm<>+0x0d8(SB)/4, $7
+DATA sha256X16Perm<>+0x0dc(SB)/4, $23
+DATA sha256X16Perm<>+0x0e0(SB)/4, $9
+DATA sha256X16Perm<>+0x0e4(SB)/4, $25
+DATA sha256X16Perm<>+0x0e8(SB)/4, $11
+DATA sha256X16Perm<>+0x0ec(SB)/4, $27
+DATA sha256X16Perm<>+0x0f0(SB)/4, $13
+DATA sha256X16Perm<>+0x0f4(SB)/4, $29
+DATA sha256X16Perm<>+0x0f8(SB)/4, $15
+DATA sha256X16Perm<>+0x0fc(SB)/4, $31
+DATA sha256X16Perm<>+0x100(SB)/4, $0
+DATA sha256X16Perm<>+0x104(SB)/4, $16
+DATA sha256X16Perm<>+0x108(SB)/4, $2
+DATA sha256X16Perm<>+0x10c(SB)/4, $18
+DATA sha256X16Perm<>+0x110(SB)/4, $4
+DATA sha256X16Perm<>+0x114(SB)/4, $20
+DATA sha256X16Perm<>+0x118(SB)/4, $6
+DATA sha256X16Perm<>+0x11c(SB)/4, $22
+DATA sha256X16Perm<>+0x120(SB)/4, $8
+DATA sha256X16Perm<>+0x124(SB)/4, $24
+DATA sha256X16Perm<>+0x128(SB)/4, $10
+DATA sha256X16Perm<>+0x12c(SB)/4, $26
+DATA sha256X16Perm<>+0x130(SB)/4, $12
+DATA sha256X16Perm<>+0x134(SB)/4, $28
+DATA sha256X16Perm<>+0x138(SB)/4, $14
+DATA sha256X16Perm<>+0x13c(SB)/4, $30
+DATA sha256X16Perm<>+0x140(SB)/4, $1
+DATA sha256X16Perm<>+0x144(SB)/4, $17
+DATA sha256X16Perm<>+0x148(SB)/4, $3
+DATA sha256X16Perm<>+0x14c(SB)/4, $19
+DATA sha256X16Perm<>+0x150(SB)/4, $5
+DATA sha256X16Perm<>+0x154(SB)/4, $21
+DATA sha256X16Perm<>+0x158(SB)/4, $7
+DATA sha256X16Perm<>+0x15c(SB)/4, $23
+DATA sha256X16Perm<>+0x160(SB)/4, $9
+DATA sha256X16Perm<>+0x164(SB)/4, $25
+DATA sha256X16Perm<>+0x168(SB)/4, $11
+DATA sha256X16Perm<>+0x16c(SB)/4, $27
+DATA sha256X16Perm<>+0x170(SB)/4, $13
+DATA sha256X16Perm<>+0x174(SB)/4, $29
+DATA sha256X16Perm<>+0x178(SB)/4, $15
+DATA sha256X16Perm<>+0x17c(SB)/4, $31
+DATA sha256X16Perm<>+0x180(SB)/4, $0
+DATA sha256X16Perm<>+0x184(SB)/4, $16
+DATA sha256X16Perm<>+0x188(SB)/4, $2
+DATA sha256X16Perm<>+0x18c(SB)/4, $18
+DATA sha256X16Perm<>+0x190(SB)/4, $4
+DATA sha256X16Perm<>+0x194(SB)/4, $20
+DATA sha256X16Perm<>+0x198(SB)/4, $6
+DATA sha256X16Perm<>+0x19c(SB)/4, $22
+DATA sha256X16Perm<>+0x1a0(SB)/4, $8
+DATA sha256X16Perm<>+0x1a4(SB)/4, $24
+DATA sha256X16Perm<>+0x1a8(SB)/4, $10
+DATA sha256X16Perm<>+0x1ac(SB)/4, $26
+DATA sha256X16Perm<>+0x1b0(SB)/4, $12
+DATA sha256X16Perm<>+0x1b4(SB)/4, $28
+DATA sha256X16Perm<>+0x1b8(SB)/4, $14
+DATA sha256X16Perm<>+0x1bc(SB)/4, $30
+DATA sha256X16Perm<>+0x1c0(SB)/4, $1
+DATA sha256X16Perm<>+0x1c4(SB)/4, $17
+DATA sha256X16Perm<>+0x1c8(SB)/4, $3
+DATA sha256X16Perm<>+0x1cc(SB)/4, $19
+DATA sha256X16Perm<>+0x1d0(SB)/4, $5
+DATA sha256X16Perm<>+0x1d4(SB)/4, $21
+DATA sha256X16Perm<>+0x1d8(SB)/4, $7
+DATA sha256X16Perm<>+0x1dc(SB)/4, $23
+DATA sha256X16Perm<>+0x1e0(SB)/4, $9
+DATA sha256X16Perm<>+0x1e4(SB)/4, $25
+DATA sha256X16Perm<>+0x1e8(SB)/4, $11
+DATA sha256X16Perm<>+0x1ec(SB)/4, $27
+DATA sha256X16Perm<>+0x1f0(SB)/4, $13
+DATA sha256X16Perm<>+0x1f4(SB)/4, $29
+DATA sha256X16Perm<>+0x1f8(SB)/4, $15
+DATA sha256X16Perm<>+0x1fc(SB)/4, $31
+DATA sha256X16Perm<>+0x200(SB)/4, $0
+DATA sha256X16Perm<>+0x204(SB)/4, $1
+DATA sha256X16Perm<>+0x208(SB)/4, $16
+DATA sha256X16Perm<>+0x20c(SB)/4, $17
+DATA sha256X16Perm<>+0x210(SB)/4, $4
+DATA sha256X16Perm<>+0x214(SB)/4, $5
+DATA sha256X16Perm<>+0x218(SB)/4, $20
+DATA sha256X16Perm<>+0x21c(SB)/4, $21
+DATA sha256X16Perm<>+0x220(SB)/4, $8
+DATA sha256X16Perm<>+0x224(SB)/4, $9
+DATA sha256X16Perm<>+0x228(SB)/4, $24
+DATA sha256X16Perm<>+0x22c(SB)/4, $25
+DATA sha256X16Perm<>+0x230(SB)/4, $12
+DATA sha256X16Perm<>+0x234(SB)/4, $13
+DATA sha256X16Perm<>+0x238(SB)/4, $28
+DATA sha256X16Perm<>+0x23c(SB)/4, $29
+DATA sha256X16Perm<>+0x240(SB)/4, $0
+DATA sha256X16Perm<>+0x244(SB)/4, $1
+DATA sha256X16Perm<>+0x248(SB)/4, $16
+DATA sha256X16Perm<>+0x24c(SB)/4, $17
+DATA sha256X16Perm<>+0x250(SB)/4, $4
+DATA sha256X16Perm<>+0x254(SB)/4, $5
+DATA sha256X16Perm<>+0x258(SB)/4, $20
+DATA sha256X16Perm<>+0x25c(SB)/4, $21
+DATA sha256X16Perm<>+0x260(SB)/4, $8
+DATA sha256X16Perm<>+0x264(SB)/4, $9
+DATA sha256X16Perm<>+0x268(SB)/4, $24
+DATA sha256X16Perm<>+0x26c(SB)/4, $25
+DATA sha256X16Perm<>+0x270(SB)/4, $12
+DATA sha256X16Perm<>+0x274(SB)/4, $13
+DATA sha256X16Perm<>+0x278(SB)/4, $28
+DATA sha256X16Perm<>+0x27c(SB)/4, $29
+DATA sha256X16Perm<>+0x280(SB)/4, $2
+DATA sha256X16Perm<>+0x284(SB)/4, $3
+DATA sha256X16Perm<>+0x288(SB)/4, $18
+DATA sha256X16Perm<>+0x28c(SB)/4, $19
+DATA sha256X16Perm<>+0x290(SB)/4, $6
+DATA sha256X16Perm<>+0x294(SB)/4, $7
+DATA sha256X16Perm<>+0x298(SB)/4, $22
+DATA sha256X16Perm<>+0x29c(SB)/4, $23
+DATA sha256X16Perm<>+0x2a0(SB)/4, $10
+DATA sha256X16Perm<>+0x2a4(SB)/4, $11
+DATA sha256X16Perm<>+0x2a8(SB)/4, $26
+DATA sha256X16Perm<>+0x2ac(SB)/4, $27
+DATA sha256X16Perm<>+0x2b0(SB)/4, $14
+DATA sha256X16Perm<>+0x2b4(SB)/4, $15
+DATA sha256X16Perm<>+0x2b8(SB)/4, $30
+DATA sha256X16Perm<>+0x2bc(SB)/4, $31
+DATA sha256X16Perm<>+0x2c0(SB)/4, $2
+DATA sha256X16Perm<>+0x2c4(SB)/4, $3
+DATA sha256X16Perm<>+0x2c8(SB)/4, $18
+DATA sha256X16Perm<>+0x2cc(SB)/4, $19
+DATA sha256X16Perm<>+0x2d0(SB)/4, $6
+DATA sha256X16Perm<>+0x2d4(SB)/4, $7
+DATA sha256X16Perm<>+0x2d8(SB)/4, $22
+DATA sha256X16Perm<>+0x2dc(SB)/4, $23
+DATA sha256X16Perm<>+0x2e0(SB)/4, $10
+DATA sha256X16Perm<>+0x2e4(SB)/4, $11
+DATA sha256X16Perm<>+0x2e8(SB)/4, $26
+DATA sha256X16Perm<>+0x2ec(SB)/4, $27
+DATA sha256X16Perm<>+0x2f0(SB)/4, $14
+DATA sha256X16Perm<>+0x2f4(SB)/4, $15
+DATA sha256X16Perm<>+0x2f8(SB)/4, $30
+DATA sha256X16Perm<>+0x2fc(SB)/4, $31
+DATA sha256X16Perm<>+0x300(SB)/4, $0
+DATA sha256X16Perm<>+0x304(SB)/4, $1
+DATA sha256X16Perm<>+0x308(SB)/4, $16
+DATA sha256X16Perm<>+0x30c(SB)/4, $17
+DATA sha256X16Perm<>+0x310(SB)/4, $4
+DATA sha256X16Perm<>+0x314(SB)/4, $5
+DATA sha256X16Perm<>+0x318(SB)/4, $20
+DATA sha256X16Perm<>+0x31c(SB)/4, $21
+DATA sha256X16Perm<>+0x320(SB)/4, $8
+DATA sha256X16Perm<>+0x324(SB)/4, $9
+DATA sha256X16Perm<>+0x328(SB)/4, $24
+DATA sha256X16Perm<>+0x32c(SB)/4, $25
+DATA sha256X16Perm<>+0x330(SB)/4, $12
+DATA sha256X16Perm<>+0x334(SB)/4, $13
+DATA sha256X16Perm<>+0x338(SB)/4, $28
+DATA sha256X16Perm<>+0x33c(SB)/4, $29
+DATA sha256X16Perm<>+0x340(SB)/4, $0
+DATA sha256X16Perm<>+0x344(SB)/4, $1
+DATA sha256X16Perm<>+0x348(SB)/4, $16
+DATA sha256X16Perm<>+0x34c(SB)/4, $17
+DATA sha256X16Perm<>+0x350(SB)/4, $4
+DATA sha256X16Perm<>+0x354(SB)/4, $5
+DATA sha256X16Perm<>+0x358(SB)/4, $20
+DATA sha256X16Perm<>+0x35c(SB)/4, $21
+DATA sha256X16Perm<>+0x360(SB)/4, $8
+DATA sha256X16Perm<>+0x364(SB)/4, $9
+DATA sha256X16Perm<>+0x368(SB)/4, $24
+DATA sha256X16Perm<>+0x36c(SB)/4, $25
+DATA sha256X16Perm<>+0x370(SB)/4, $12
+DATA sha256X16Perm<>+0x374(SB)/4, $13
+DATA sha256X16Perm<>+0x378(SB)/4, $28
+DATA sha256X16Perm<>+0x37c(SB)/4, $29
+DATA sha256X16Perm<>+0x380(SB)/4, $2
+DATA sha256X16Perm<>+0x384(SB)/4, $3
+DATA sha256X16Perm<>+0x388(SB)/4, $18
+DATA sha256X16Perm<>+0x38c(SB)/4, $19
+DATA sha256X16Perm<>+0x390(SB)/4, $6
+DATA sha256X16Perm<>+0x394(SB)/4, $7
+DATA sha256X16Perm<>+0x398(SB)/4, $22
+DATA sha256X16Perm<>+0x39c(SB)/4, $23
+DATA sha256X16Perm<>+0x3a0(SB)/4, $10
+DATA sha256X16Perm<>+0x3a4(SB)/4, $11
+DATA sha256X16Perm<>+0x3a8(SB)/4, $26
+DATA sha256X16Perm<>+0x3ac(SB)/4, $27
+DATA sha256X16Perm<>+0x3b0(SB)/4, $14
+DATA sha256X16Perm<>+0x3b4(SB)/4, $15
+DATA sha256X16Perm<>+0x3b8(SB)/4, $30
+DATA sha256X16Perm<>+0x3bc(SB)/4, $31
+DATA sha256X16Perm<>+0x3c0(SB)/4, $2
+DATA sha256X16Perm<>+0x3c4(SB)/4, $3
+DATA sha256X16Perm<>+0x3c8(SB)/4, $18
+DATA sha256X16Perm<>+0x3cc(SB)/4, $19
+DATA sha256X16Perm<>+0x3d0(SB)/4, $6
+DATA sha256X16Perm<>+0x3d4(SB)/4, $7
+DATA sha256X16Perm<>+0x3d8(SB)/4, $22
+DATA sha256X16Perm<>+0x3dc(SB)/4, $23
+DATA sha256X16Perm<>+0x3e0(SB)/4, $10
+DATA sha256X16Perm<>+0x3e4(SB)/4, $11
+DATA sha256X16Perm<>+0x3e8(SB)/4, $26
+DATA sha256X16Perm<>+0x3ec(SB)/4, $27
+DATA sha256X16Perm<>+0x3f0(SB)/4, $14
+DATA sha256X16Perm<>+0x3f4(SB)/4, $15
+DATA sha256X16Perm<>+0x3f8(SB)/4, $30
+DATA sha256X16Perm<>+0x3fc(SB)/4, $31
+DATA sha256X16Perm<>+0x400(SB)/4, $0
+DATA sha256X16Perm<>+0x404(SB)/4, $8
+DATA sha256X16Perm<>+0x408(SB)/4, $1
+DATA sha256X16Perm<>+0x40c(SB)/4, $9
+DATA sha256X16Perm<>+0x410(SB)/4, $2
+DATA sha256X16Perm<>+0x414(SB)/4, $10
+DATA sha256X16Perm<>+0x418(SB)/4, $3
+DATA sha256X16Perm<>+0x41c(SB)/4, $11
+DATA sha256X16Perm<>+0x420(SB)/4, $16
+DATA sha256X16Perm<>+0x424(SB)/4, $24
+DATA sha256X16Perm<>+0x428(SB)/4, $17
+DATA sha256X16Perm<>+0x42c(SB)/4, $25
+DATA sha256X16Perm<>+0x430(SB)/4, $18
+DATA sha256X16Perm<>+0x434(SB)/4, $26
+DATA sha256X16Perm<>+0x438(SB)/4, $19
+DATA sha256X16Perm<>+0x43c(SB)/4, $27
+DATA sha256X16Perm<>+0x440(SB)/4, $0
+DATA sha256X16Perm<>+0x444(SB)/4, $8
+DATA sha256X16Perm<>+0x448(SB)/4, $1
+DATA sha256X16Perm<>+0x44c(SB)/4, $9
+DATA sha256X16Perm<>+0x450(SB)/4, $2
+DATA sha256X16Perm<>+0x454(SB)/4, $10
+DATA sha256X16Perm<>+0x458(SB)/4, $3
+DATA sha256X16Perm<>+0x45c(SB)/4, $11
+DATA sha256X16Perm<>+0x460(SB)/4, $16
+DATA sha256X16Perm<>+0x464(SB)/4, $24
+DATA sha256X16Perm<>+0x468(SB)/4, $17
+DATA sha256X16Perm<>+0x46c(SB)/4, $25
+DATA sha256X16Perm<>+0x470(SB)/4, $18
+DATA sha256X16Perm<>+0x474(SB)/4, $26
+DATA sha256X16Perm<>+0x478(SB)/4, $19
+DATA sha256X16Perm<>+0x47c(SB)/4, $27
+DATA sha256X16Perm<>+0x480(SB)/4, $0
+DATA sha256X16Perm<>+0x484(SB)/4, $8
+DATA sha256X16Perm<>+0x488(SB)/4, $1
+DATA sha256X16Perm<>+0x48c(SB)/4, $9
+DATA sha256X16Perm<>+0x490(SB)/4, $2
+DATA sha256X16Perm<>+0x494(SB)/4, $10
+DATA sha256X16Perm<>+0x498(SB)/4, $3
+DATA sha256X16Perm<>+0x49c(SB)/4, $11
+DATA sha256X16Perm<>+0x4a0(SB)/4, $16
+DATA sha256X16Perm<>+0x4a4(SB)/4, $24
+DATA sha256X16Perm<>+0x4a8(SB)/4, $17
+DATA sha256X16Perm<>+0x4ac(SB)/4, $25
+DATA sha256X16Perm<>+0x4b0(SB)/4, $18
+DATA sha256X16Perm<>+0x4b4(SB)/4, $26
+DATA sha256X16Perm<>+0x4b8(SB)/4, $19
+DATA sha256X16Perm<>+0x4bc(SB)/4, $27
+DATA sha256X16Perm<>+0x4c0(SB)/4, $0
+DATA sha256X16Perm<>+0x4c4(SB)/4, $8
+DATA sha256X16Perm<>+0x4c8(SB)/4, $1
+DATA sha256X16Perm<>+0x4cc(SB)/4, $9
+DATA sha256X16Perm<>+0x4d0(SB)/4, $2
+DATA sha256X16Perm<>+0x4d4(SB)/4, $10
+DATA sha256X16Perm<>+0x4d8(SB)/4, $3
+DATA sha256X16Perm<>+0x4dc(SB)/4, $11
+DATA sha256X16Perm<>+0x4e0(SB)/4, $16
+DATA sha256X16Perm<>+0x4e4(SB)/4, $24
+DATA sha256X16Perm<>+0x4e8(SB)/4, $17
+DATA sha256X16Perm<>+0x4ec(SB)/4, $25
+DATA sha256X16Perm<>+0x4f0(SB)/4, $18
+DATA sha256X16Perm<>+0x4f4(SB)/4, $26
+DATA sha256X16Perm<>+0x4f8(SB)/4, $19
+DATA sha256X16Perm<>+0x4fc(SB)/4, $27
+DATA sha256X16Perm<>+0x500(SB)/4, $4
+DATA sha256X16Perm<>+0x504(SB)/4, $12
+DATA sha256X16Perm<>+0x508(SB)/4, $5
+DATA sha256X16Perm<>+0x50c(SB)/4, $13
+DATA sha256X16Perm<>+0x510(SB)/4, $6
+DATA sha256X16Perm<>+0x514(SB)/4, $14
+DATA sha256X16Perm<>+0x518(SB)/4, $7
+DATA sha256X16Perm<>+0x51c(SB)/4, $15
+DATA sha256X16Perm<>+0x520(SB)/4, $20
+DATA sha256X16Perm<>+0x524(SB)/4, $28
+DATA sha256X16Perm<>+0x528(SB)/4, $21
+DATA sha256X16Perm<>+0x52c(SB)/4, $29
+DATA sha256X16Perm<>+0x530(SB)/4, $22
+DATA sha256X16Perm<>+0x534(SB)/4, $30
+DATA sha256X16Perm<>+0x538(SB)/4, $23
+DATA sha256X16Perm<>+0x53c(SB)/4, $31
+DATA sha256X16Perm<>+0x540(SB)/4, $4
+DATA sha256X16Perm<>+0x544(SB)/4, $12
+DATA sha256X16Perm<>+0x548(SB)/4, $5
+DATA sha256X16Perm<>+0x54c(SB)/4, $13
+DATA sha256X16Perm<>+0x550(SB)/4, $6
+DATA sha256X16Perm<>+0x554(SB)/4, $14
+DATA sha256X16Perm<>+0x558(SB)/4, $7
+DATA sha256X16Perm<>+0x55c(SB)/4, $15
+DATA sha256X16Perm<>+0x560(SB)/4, $20
+DATA sha256X16Perm<>+0x564(SB)/4, $28
+DATA sha256X16Perm<>+0x568(SB)/4, $21
+DATA sha256X16Perm<>+0x56c(SB)/4, $29
+DATA sha256X16Perm<>+0x570(SB)/4, $22
+DATA sha256X16Perm<>+0x574(SB)/4, $30
+DATA sha256X16Perm<>+0x578(SB)/4, $23
+DATA sha256X16Perm<>+0x57c(SB)/4, $31
+DATA sha256X16Perm<>+0x580(SB)/4, $4
+DATA sha256X16Perm<>+0x584(SB)/4, $12
+DATA sha256X16Perm<>+0x588(SB)/4, $5
+DATA sha256X16Perm<>+0x58c(SB)/4, $13
+DATA sha256X16Perm<>+0x590(SB)/4, $6
+DATA sha256X16Perm<>+0x594(SB)/4, $14
+DATA sha256X16Perm<>+0x598(SB)/4, $7
+DATA sha256X16Perm<>+0x59c(SB)/4, $15
+DATA sha256X16Perm<>+0x5a0(SB)/4, $20
+DATA sha256X16Perm<>+0x5a4(SB)/4, $28
+DATA sha256X16Perm<>+0x5a8(SB)/4, $21
+DATA sha256X16Perm<>+0x5ac(SB)/4, $29
+DATA sha256X16Perm<>+0x5b0(SB)/4, $22
+DATA sha256X16Perm<>+0x5b4(SB)/4, $30
+DATA sha256X16Perm<>+0x5b8(SB)/4, $23
+DATA sha256X16Perm<>+0x5bc(SB)/4, $31
+DATA sha256X16Perm<>+0x5c0(SB)/4, $4
+DATA sha256X16Perm<>+0x5c4(SB)/4, $12
+DATA sha256X16Perm<>+0x5c8(SB)/4, $5
+DATA sha256X16Perm<>+0x5cc(SB)/4, $13
+DATA sha256X16Perm<>+0x5d0(SB)/4, $6
+DATA sha256X16Perm<>+0x5d4(SB)/4, $14
+DATA sha256X16Perm<>+0x5d8(SB)/4, $7
+DATA sha256X16Perm<>+0x5dc(SB)/4, $15
+DATA sha256X16Perm<>+0x5e0(SB)/4, $20
+DATA sha256X16Perm<>+0x5e4(SB)/4, $28
+DATA sha256X16Perm<>+0x5e8(SB)/4, $21
+DATA sha256X16Perm<>+0x5ec(SB)/4, $29
+DATA sha256X16Perm<>+0x5f0(SB)/4, $22
+DATA sha256X16Perm<>+0x5f4(SB)/4, $30
+DATA sha256X16Perm<>+0x5f8(SB)/4, $23
+DATA sha256X16Perm<>+0x5fc(SB)/4, $31
+DATA sha256X16Perm<>+0x600(SB)/4, $0
+DATA sha256X16Perm<>+0x604(SB)/4, $2
+DATA sha256X16Perm<>+0x608(SB)/4, $4
+DATA sha256X16Perm<>+0x60c(SB)/4, $6
+DATA sha256X16Perm<>+0x610(SB)/4, $16
+DATA sha256X16Perm<>+0x614(SB)/4, $18
+DATA sha256X16Perm<>+0x618(SB)/4, $20
+DATA sha256X16Perm<>+0x61c(SB)/4, $22
+DATA sha256X16Perm<>+0x620(SB)/4, $1
+DATA sha256X16Perm<>+0x624(SB)/4, $3
+DATA sha256X16Perm<>+0x628(SB)/4, $5
+DATA sha256X16Perm<>+0x62c(SB)/4, $7
+DATA sha256X16Perm<>+0x630(SB)/4, $17
+DATA sha256X16Perm<>+0x634(SB)/4, $19
+DATA sha256X16Perm<>+0x638(SB)/4, $21
+DATA sha256X16Perm<>+0x63c(SB)/4, $23
+DATA sha256X16Perm<>+0x640(SB)/4, $0
+DATA sha256X16Perm<>+0x644(SB)/4, $2
+DATA sha256X16Perm<>+0x648(SB)/4, $4
+DATA sha256X16Perm<>+0x64c(SB)/4, $6
+DATA sha256X16Perm<>+0x650(SB)/4, $16
+DATA sha256X16Perm<>+0x654(SB)/4, $18
+DATA sha256X16Perm<>+0x658(SB)/4, $20
+DATA sha256X16Perm<>+0x65c(SB)/4, $22
+DATA sha256X16Perm<>+0x660(SB)/4, $1
+DATA sha256X16Perm<>+0x664(SB)/4, $3
+DATA sha256X16Perm<>+0x668(SB)/4, $5
+DATA sha256X16Perm<>+0x66c(SB)/4, $7
+DATA sha256X16Perm<>+0x670(SB)/4, $17
+DATA sha256X16Perm<>+0x674(SB)/4, $19
+DATA sha256X16Perm<>+0x678(SB)/4, $21
+DATA sha256X16Perm<>+0x67c(SB)/4, $23
+DATA sha256X16Perm<>+0x680(SB)/4, $0
+DATA sha256X16Perm<>+0x684(SB)/4, $2
+DATA sha256X16Perm<>+0x688(SB)/4, $4
+DATA sha256X16Perm<>+0x68c(SB)/4, $6
+DATA sha256X16Perm<>+0x690(SB)/4, $16
+DATA sha256X16Perm<>+0x694(SB)/4, $18
+DATA sha256X16Perm<>+0x698(SB)/4, $20
+DATA sha256X16Perm<>+0x69c(SB)/4, $22
+DATA sha256X16Perm<>+0x6a0(SB)/4, $1
+DATA sha256X16Perm<>+0x6a4(SB)/4, $3
+DATA sha256X16Perm<>+0x6a8(SB)/4, $5
+DATA sha256X16Perm<>+0x6ac(SB)/4, $7
+DATA sha256X16Perm<>+0x6b0(SB)/4, $17
+DATA sha256X16Perm<>+0x6b4(SB)/4, $19
+DATA sha256X16Perm<>+0x6b8(SB)/4, $21
+DATA sha256X16Perm<>+0x6bc(SB)/4, $23
+DATA sha256X16Perm<>+0x6c0(SB)/4, $0
+DATA sha256X16Perm<>+0x6c4(SB)/4, $2
+DATA sha256X16Perm<>+0x6c8(SB)/4, $4
+DATA sha256X16Perm<>+0x6cc(SB)/4, $6
+DATA sha256X16Perm<>+0x6d0(SB)/4, $16
+DATA sha256X16Perm<>+0x6d4(SB)/4, $18
+DATA sha256X16Perm<>+0x6d8(SB)/4, $20
+DATA sha256X16Perm<>+0x6dc(SB)/4, $22
+DATA sha256X16Perm<>+0x6e0(SB)/4, $1
+DATA sha256X16Perm<>+0x6e4(SB)/4, $3
+DATA sha256X16Perm<>+0x6e8(SB)/4, $5
+DATA sha256X16Perm<>+0x6ec(SB)/4, $7
+DATA sha256X16Perm<>+0x6f0(SB)/4, $17
+DATA sha256X16Perm<>+0x6f4(SB)/4, $19
+DATA sha256X16Perm<>+0x6f8(SB)/4, $21
+DATA sha256X16Perm<>+0x6fc(SB)/4, $23
+DATA sha256X16Perm<>+0x700(SB)/4, $8
+DATA sha256X16Perm<>+0x704(SB)/4, $10
+DATA sha256X16Perm<>+0x708(SB)/4, $12
+DATA sha256X16Perm<>+0x70c(SB)/4, $14
+DATA sha256X16Perm<>+0x710(SB)/4, $24
+DATA sha256X16Perm<>+0x714(SB)/4, $26
+DATA sha256X16Perm<>+0x718(SB)/4, $28
+DATA sha256X16Perm<>+0x71c(SB)/4, $30
+DATA sha256X16Perm<>+0x720(SB)/4, $9
+DATA sha256X16Perm<>+0x724(SB)/4, $11
+DATA sha256X16Perm<>+0x728(SB)/4, $13
+DATA sha256X16Perm<>+0x72c(SB)/4, $15
+DATA sha256X16Perm<>+0x730(SB)/4, $25
+DATA sha256X16Perm<>+0x734(SB)/4, $27
+DATA sha256X16Perm<>+0x738(SB)/4, $29
+DATA sha256X16Perm<>+0x73c(SB)/4, $31
+DATA sha256X16Perm<>+0x740(SB)/4, $8
+DATA sha256X16Perm<>+0x744(SB)/4, $10
+DATA sha256X16Perm<>+0x748(SB)/4, $12
+DATA sha256X16Perm<>+0x74c(SB)/4, $14
+DATA sha256X16Perm<>+0x750(SB)/4, $24
+DATA sha256X16Perm<>+0x754(SB)/4, $26
+DATA sha256X16Perm<>+0x758(SB)/4, $28
+DATA sha256X16Perm<>+0x75c(SB)/4, $30
+DATA sha256X16Perm<>+0x760(SB)/4, $9
+DATA sha256X16Perm<>+0x764(SB)/4, $11
+DATA sha256X16Perm<>+0x768(SB)/4, $13
+DATA sha256X16Perm<>+0x76c(SB)/4, $15
+DATA sha256X16Perm<>+0x770(SB)/4, $25
+DATA sha256X16Perm<>+0x774(SB)/4, $27
+DATA sha256X16Perm<>+0x778(SB)/4, $29
+DATA sha256X16Perm<>+0x77c(SB)/4, $31
+DATA sha256X16Perm<>+0x780(SB)/4, $8
+DATA sha256X16Perm<>+0x784(SB)/4, $10
+DATA sha256X16Perm<>+0x788(SB)/4, $12
+DATA sha256X16Perm<>+0x78c(SB)/4, $14
+DATA sha256X16Perm<>+0x790(SB)/4, $24
+DATA sha256X16Perm<>+0x794(SB)/4, $26
+DATA sha256X16Perm<>+0x798(SB)/4, $28
+DATA sha256X16Perm<>+0x79c(SB)/4, $30
+DATA sha256X16Perm<>+0x7a0(SB)/4, $9
+DATA sha256X16Perm<>+0x7a4(SB)/4, $11
+DATA sha256X16Perm<>+0x7a8(SB)/4, $13
+DATA sha256X16Perm<>+0x7ac(SB)/4, $15
+DATA sha256X16Perm<>+0x7b0(SB)/4, $25
+DATA sha256X16Perm<>+0x7b4(SB)/4, $27
+DATA sha256X16Perm<>+0x7b8(SB)/4, $29
+DATA sha256X16Perm<>+0x7bc(SB)/4, $31
+DATA sha256X16Perm<>+0x7c0(SB)/4, $8
+DATA sha256X16Perm<>+0x7c4(SB)/4, $10
+DATA sha256X16Perm<>+0x7c8(SB)/4, $12
+DATA sha256X16Perm<>+0x7cc(SB)/4, $14
+DATA sha256X16Perm<>+0x7d0(SB)/4, $24
+DATA sha256X16Perm<>+0x7d4(SB)/4, $26
+DATA sha256X16Perm<>+0x7d8(SB)/4, $28
+DATA sha256X16Perm<>+0x7dc(SB)/4, $30
+DATA sha256X16Perm<>+0x7e0(SB)/4, $9
+DATA sha256X16Perm<>+0x7e4(SB)/4, $11
+DATA sha256X16Perm<>+0x7e8(SB)/4, $13
+DATA sha256X16Perm<>+0x7ec(SB)/4, $15
+DATA sha256X16Perm<>+0x7f0(SB)/4, $25
+DATA sha256X16Perm<>+0x7f4(SB)/4, $27
+DATA sha256X16Perm<>+0x7f8(SB)/4, $29
+DATA sha256X16Perm<>+0x7fc(SB)/4, $31
+DATA sha256X16Perm<>+0x800(SB)/4, $0
+DATA sha256X16Perm<>+0x804(SB)/4, $1
+DATA sha256X16Perm<>+0x808(SB)/4, $16
+DATA sha256X16Perm<>+0x80c(SB)/4, $17
+DATA sha256X16Perm<>+0x810(SB)/4, $4
+DATA sha256X16Perm<>+0x814(SB)/4, $5
+DATA sha256X16Perm<>+0x818(SB)/4, $20
+DATA sha256X16Perm<>+0x81c(SB)/4, $21
+DATA sha256X16Perm<>+0x820(SB)/4, $8
+DATA sha256X16Perm<>+0x824(SB)/4, $9
+DATA sha256X16Perm<>+0x828(SB)/4, $24
+DATA sha256X16Perm<>+0x82c(SB)/4, $25
+DATA sha256X16Perm<>+0x830(SB)/4, $12
+DATA sha256X16Perm<>+0x834(SB)/4, $13
+DATA sha256X16Perm<>+0x838(SB)/4, $28
+DATA sha256X16Perm<>+0x83c(SB)/4, $29
+DATA sha256X16Perm<>+0x840(SB)/4, $0
+DATA sha256X16Perm<>+0x844(SB)/4, $1
+DATA sha256X16Perm<>+0x848(SB)/4, $16
+DATA sha256X16Perm<>+0x84c(SB)/4, $17
+DATA sha256X16Perm<>+0x850(SB)/4, $4
+DATA sha256X16Perm<>+0x854(SB)/4, $5
+DATA sha256X16Perm<>+0x858(SB)/4, $20
+DATA sha256X16Perm<>+0x85c(SB)/4, $21
+DATA sha256X16Perm<>+0x860(SB)/4, $8
+DATA sha256X16Perm<>+0x864(SB)/4, $9
+DATA sha256X16Perm<>+0x868(SB)/4, $24
+DATA sha256X16Perm<>+0x86c(SB)/4, $25
+DATA sha256X16Perm<>+0x870(SB)/4, $12
+DATA sha256X16Perm<>+0x874(SB)/4, $13
+DATA sha256X16Perm<>+0x878(SB)/4, $28
+DATA sha256X16Perm<>+0x87c(SB)/4, $29
+DATA sha256X16Perm<>+0x880(SB)/4, $2
+DATA sha256X16Perm<>+0x884(SB)/4, $3
+DATA sha256X16Perm<>+0x888(SB)/4, $18
+DATA sha256X16Perm<>+0x88c(SB)/4, $19
+DATA sha256X16Perm<>+0x890(SB)/4, $6
+DATA sha256X16Perm<>+0x894(SB)/4, $7
+DATA sha256X16Perm<>+0x898(SB)/4, $22
+DATA sha256X16Perm<>+0x89c(SB)/4, $23
+DATA sha256X16Perm<>+0x8a0(SB)/4, $10
+DATA sha256X16Perm<>+0x8a4(SB)/4, $11
+DATA sha256X16Perm<>+0x8a8(SB)/4, $26
+DATA sha256X16Perm<>+0x8ac(SB)/4, $27
+DATA sha256X16Perm<>+0x8b0(SB)/4, $14
+DATA sha256X16Perm<>+0x8b4(SB)/4, $15
+DATA sha256X16Perm<>+0x8b8(SB)/4, $30
+DATA sha256X16Perm<>+0x8bc(SB)/4, $31
+DATA sha256X16Perm<>+0x8c0(SB)/4, $2
+DATA sha256X16Perm<>+0x8c4(SB)/4, $3
+DATA sha256X16Perm<>+0x8c8(SB)/4, $18
+DATA sha256X16Perm<>+0x8cc(SB)/4, $19
+DATA sha256X16Perm<>+0x8d0(SB)/4, $6
+DATA sha256X16Perm<>+0x8d4(SB)/4, $7
+DATA sha256X16Perm<>+0x8d8(SB)/4, $22
+DATA sha256X16Perm<>+0x8dc(SB)/4, $23
+DATA sha256X16Perm<>+0x8e0(SB)/4, $10
+DATA sha256X16Perm<>+0x8e4(SB)/4, $11
+DATA sha256X16Perm<>+0x8e8(SB)/4, $26
+DATA sha256X16Perm<>+0x8ec(SB)/4, $27
+DATA sha256X16Perm<>+0x8f0(SB)/4, $14
+DATA sha256X16Perm<>+0x8f4(SB)/4, $15
+DATA sha256X16Perm<>+0x8f8(SB)/4, $30
+DATA sha256X16Perm<>+0x8fc(SB)/4, $31
+DATA sha256X16Perm<>+0x900(SB)/4, $0
+DATA sha256X16Perm<>+0x904(SB)/4, $1
+DATA sha256X16Perm<>+0x908(SB)/4, $16
+DATA sha256X16Perm<>+0x90c(SB)/4, $17
+DATA sha256X16Perm<>+0x910(SB)/4, $4
+DATA sha256X16Perm<>+0x914(SB)/4, $5
+DATA sha256X16Perm<>+0x918(SB)/4, $20
+DATA sha256X16Perm<>+0x91c(SB)/4, $21
+DATA sha256X16Perm<>+0x920(SB)/4, $8
+DATA sha256X16Perm<>+0x924(SB)/4, $9
+DATA sha256X16Perm<>+0x928(SB)/4, $24
+DATA sha256X16Perm<>+0x92c(SB)/4, $25
+DATA sha256X16Perm<>+0x930(SB)/4, $12
+DATA sha256X16Perm<>+0x934(SB)/4, $13
+DATA sha256X16Perm<>+0x938(SB)/4, $28
+DATA sha256X16Perm<>+0x93c(SB)/4, $29
+DATA sha256X16Perm<>+0x940(SB)/4, $0
+DATA sha256X16Perm<>+0x944(SB)/4, $1
+DATA sha256X16Perm<>+0x948(SB)/4, $16
+DATA sha256X16Perm<>+0x94c(SB)/4, $17
+DATA sha256X16Perm<>+0x950(SB)/4, $4
+DATA sha256X16Perm<>+0x954(SB)/4, $5
+DATA sha256X16Perm<>+0x958(SB)/4, $20
+DATA sha256X16Perm<>+0x95c(SB)/4, $21
+DATA sha256X16Perm<>+0x960(SB)/4, $8
+DATA sha256X16Perm<>+0x964(SB)/4, $9
+DATA sha256X16Perm<>+0x968(SB)/4, $24
+DATA sha256X16Perm<>+0x96c(SB)/4, $25
+DATA sha256X16Perm<>+0x970(SB)/4, $12
+DATA sha256X16Perm<>+0x974(SB)/4, $13
+DATA sha256X16Perm<>+0x978(SB)/4, $28
+DATA sha256X16Perm<>+0x97c(SB)/4, $29
+DATA sha256X16Perm<>+0x980(SB)/4, $2
+DATA sha256X16Perm<>+0x984(SB)/4, $3
+DATA sha256X16Perm<>+0x988(SB)/4, $18
+DATA sha256X16Perm<>+0x98c(SB)/4, $19
+DATA sha256X16Perm<>+0x990(SB)/4, $6
+DATA sha256X16Perm<>+0x994(SB)/4, $7
+DATA sha256X16Perm<>+0x998(SB)/4, $22
+DATA sha256X16Perm<>+0x99c(SB)/4, $23
+DATA sha256X16Perm<>+0x9a0(SB)/4, $10
+DATA sha256X16Perm<>+0x9a4(SB)/4, $11
+DATA sha256X16Perm<>+0x9a8(SB)/4, $26
+DATA sha256X16Perm<>+0x9ac(SB)/4, $27
+DATA sha256X16Perm<>+0x9b0(SB)/4, $14
+DATA sha256X16Perm<>+0x9b4(SB)/4, $15
+DATA sha256X16Perm<>+0x9b8(SB)/4, $30
+DATA sha256X16Perm<>+0x9bc(SB)/4, $31
+DATA sha256X16Perm<>+0x9c0(SB)/4, $2
+DATA sha256X16Perm<>+0x9c4(SB)/4, $3
+DATA sha256X16Perm<>+0x9c8(SB)/4, $18
+DATA sha256X16Perm<>+0x9cc(SB)/4, $19
+DATA sha256X16Perm<>+0x9d0(SB)/4, $6
+DATA sha256X16Perm<>+0x9d4(SB)/4, $7
+DATA sha256X16Perm<>+0x9d8(SB)/4, $22
+DATA sha256X16Perm<>+0x9dc(SB)/4, $23
+DATA sha256X16Perm<>+0x9e0(SB)/4, $10
+DATA sha256X16Perm<>+0x9e4(SB)/4, $11
+DATA sha256X16Perm<>+0x9e8(SB)/4, $26
+DATA sha256X16Perm<>+0x9ec(SB)/4, $27
+DATA sha256X16Perm<>+0x9f0(SB)/4, $14
+DATA sha256X16Perm<>+0x9f4(SB)/4, $15
+DATA sha256X16Perm<>+0x9f8(SB)/4, $30
+DATA sha256X16Perm<>+0x9fc(SB)/4, $31
+DATA sha256X16Perm<>+0xa00(SB)/4, $0
+DATA sha256X16Perm<>+0xa04(SB)/4, $16
+DATA sha256X16Perm<>+0xa08(SB)/4, $2
+DATA sha256X16Perm<>+0xa0c(SB)/4, $18
+DATA sha256X16Perm<>+0xa10(SB)/4, $4
+DATA sha256X16Perm<>+0xa14(SB)/4, $20
+DATA sha256X16Perm<>+0xa18(SB)/4, $6
+DATA sha256X16Perm<>+0xa1c(SB)/4, $22
+DATA sha256X16Perm<>+0xa20(SB)/4, $8
+DATA sha256X16Perm<>+0xa24(SB)/4, $24
+DATA sha256X16Perm<>+0xa28(SB)/4, $10
+DATA sha256X16Perm<>+0xa2c(SB)/4, $26
+DATA sha256X16Perm<>+0xa30(SB)/4, $12
+DATA sha256X16Perm<>+0xa34(SB)/4, $28
+DATA sha256X16Perm<>+0xa38(SB)/4, $14
+DATA sha256X16Perm<>+0xa3c(SB)/4, $30
+DATA sha256X16Perm<>+0xa40(SB)/4, $1
+DATA sha256X16Perm<>+0xa44(SB)/4, $17
+DATA sha256X16Perm<>+0xa48(SB)/4, $3
+DATA sha256X16Perm<>+0xa4c(SB)/4, $19
+DATA sha256X16Perm<>+0xa50(SB)/4, $5
+DATA sha256X16Perm<>+0xa54(SB)/4, $21
+DATA sha256X16Perm<>+0xa58(SB)/4, $7
+DATA sha256X16Perm<>+0xa5c(SB)/4, $23
+DATA sha256X16Perm<>+0xa60(SB)/4, $9
+DATA sha256X16Perm<>+0xa64(SB)/4, $25
+DATA sha256X16Perm<>+0xa68(SB)/4, $11
+DATA sha256X16Perm<>+0xa6c(SB)/4, $27
+DATA sha256X16Perm<>+0xa70(SB)/4, $13
+DATA sha256X16Perm<>+0xa74(SB)/4, $29
+DATA sha256X16Perm<>+0xa78(SB)/4, $15
+DATA sha256X16Perm<>+0xa7c(SB)/4, $31
+DATA sha256X16Perm<>+0xa80(SB)/4, $0
+DATA sha256X16Perm<>+0xa84(SB)/4, $16
+DATA sha256X16Perm<>+0xa88(SB)/4, $2
+DATA sha256X16Perm<>+0xa8c(SB)/4, $18
+DATA sha256X16Perm<>+0xa90(SB)/4, $4
+DATA sha256X16Perm<>+0xa94(SB)/4, $20
+DATA sha256X16Perm<>+0xa98(SB)/4, $6
+DATA sha256X16Perm<>+0xa9c(SB)/4, $22
+DATA sha256X16Perm<>+0xaa0(SB)/4, $8
+DATA sha256X16Perm<>+0xaa4(SB)/4, $24
+DATA sha256X16Perm<>+0xaa8(SB)/4, $10
+DATA sha256X16Perm<>+0xaac(SB)/4, $26
+DATA sha256X16Perm<>+0xab0(SB)/4, $12
+DATA sha256X16Perm<>+0xab4(SB)/4, $28
+DATA sha256X16Perm<>+0xab8(SB)/4, $14
+DATA sha256X16Perm<>+0xabc(SB)/4, $30
+DATA sha256X16Perm<>+0xac0(SB)/4, $1
+DATA sha256X16Perm<>+0xac4(SB)/4, $17
+DATA sha256X16Perm<>+0xac8(SB)/4, $3
+DATA sha256X16Perm<>+0xacc(SB)/4, $19
+DATA sha256X16Perm<>+0xad0(SB)/4, $5
+DATA sha256X16Perm<>+0xad4(SB)/4, $21
+DATA sha256X16Perm<>+0xad8(SB)/4, $7
+DATA sha256X16Perm<>+0xadc(SB)/4, $23
+DATA sha256X16Perm<>+0xae0(SB)/4, $9
+DATA sha256X16Perm<>+0xae4(SB)/4, $25
+DATA sha256X16Perm<>+0xae8(SB)/4, $11
+DATA sha256X16Perm<>+0xaec(SB)/4, $27
+DATA sha256X16Perm<>+0xaf0(SB)/4, $13
+DATA sha256X16Perm<>+0xaf4(SB)/4, $29
+DATA sha256X16Perm<>+0xaf8(SB)/4, $15
+DATA sha256X16Perm<>+0xafc(SB)/4, $31
+DATA sha256X16Perm<>+0xb00(SB)/4, $0
+DATA sha256X16Perm<>+0xb04(SB)/4, $16
+DATA sha256X16Perm<>+0xb08(SB)/4, $2
+DATA sha256X16Perm<>+0xb0c(SB)/4, $18
+DATA sha256X16Perm<>+0xb10(SB)/4, $4
+DATA sha256X16Perm<>+0xb14(SB)/4, $20
+DATA sha256X16Perm<>+0xb18(SB)/4, $6
+DATA sha256X16Perm<>+0xb1c(SB)/4, $22
+DATA sha256X16Perm<>+0xb20(SB)/4, $8
+DATA sha256X16Perm<>+0xb24(SB)/4, $24
+DATA sha256X16Perm<>+0xb28(SB)/4, $10
+DATA sha256X16Perm<>+0xb2c(SB)/4, $26
+DATA sha256X16Perm<>+0xb30(SB)/4, $12
+DATA sha256X16Perm<>+0xb34(SB)/4, $28
+DATA sha256X16Perm<>+0xb38(SB)/4, $14
+DATA sha256X16Perm<>+0xb3c(SB)/4, $30
+DATA sha256X16Perm<>+0xb40(SB)/4, $1
+DATA sha256X16Perm<>+0xb44(SB)/4, $17
+DATA sha256X16Perm<>+0xb48(SB)/4, $3
+DATA sha256X16Perm<>+0xb4c(SB)/4, $19
+DATA sha256X16Perm<>+0xb50(SB)/4, $5
+DATA sha256X16Perm<>+0xb54(SB)/4, $21
+DATA sha256X16Perm<>+0xb58(SB)/4, $7
+DATA sha256X16Perm<>+0xb5c(SB)/4, $23
+DATA sha256X16Perm<>+0xb60(SB)/4, $9
+DATA sha256X16Perm<>+0xb64(SB)/4, $25
+DATA sha256X16Perm<>+0xb68(SB)/4, $11
+DATA sha256X16Perm<>+0xb6c(SB)/4, $27
+DATA sha256X16Perm<>+0xb70(SB)/4, $13
+DATA sha256X16Perm<>+0xb74(SB)/4, $29
+DATA sha256X16Perm<>+0xb78(SB)/4, $15
+DATA sha256X16Perm<>+0xb7c(SB)/4, $31
+DATA sha256X16Perm<>+0xb80(SB)/4, $0
+DATA sha256X16Perm<>+0xb84(SB)/4, $16
+DATA sha256X16Perm<>+0xb88(SB)/4, $2
+DATA sha256X16Perm<>+0xb8c(SB)/4, $18
+DATA sha256X16Perm<>+0xb90(SB)/4, $4
+DATA sha256X16Perm<>+0xb94(SB)/4, $20
+DATA sha256X16Perm<>+0xb98(SB)/4, $6
+DATA sha256X16Perm<>+0xb9c(SB)/4, $22
+DATA sha256X16Perm<>+0xba0(SB)/4, $8
+DATA sha256X16Perm<>+0xba4(SB)/4, $24
+DATA sha256X16Perm<>+0xba8(SB)/4, $10
+DATA sha256X16Perm<>+0xbac(SB)/4, $26
+DATA sha256X16Perm<>+0xbb0(SB)/4, $12
+DATA sha256X16Perm<>+0xbb4(SB)/4, $28
+DATA sha256X16Perm<>+0xbb8(SB)/4, $14
+DATA sha256X16Perm<>+0xbbc(SB)/4, $30
+DATA sha256X16Perm<>+0xbc0(SB)/4, $1
+DATA sha256X16Perm<>+0xbc4(SB)/4, $17
+DATA sha256X16Perm<>+0xbc8(SB)/4, $3
+DATA sha256X16Perm<>+0xbcc(SB)/4, $19
+DATA sha256X16Perm<>+0xbd0(SB)/4, $5
+DATA sha256X16Perm<>+0xbd4(SB)/4, $21
+DATA sha256X16Perm<>+0xbd8(SB)/4, $7
+DATA sha256X16Perm<>+0xbdc(SB)/4, $23
+DATA sha256X16Perm<>+0xbe0(SB)/4, $9
+DATA sha256X16Perm<>+0xbe4(SB)/4, $25
+DATA sha256X16Perm<>+0xbe8(SB)/4, $11
+DATA sha256X16Perm<>+0xbec(SB)/4, $27
+DATA sha256X16Perm<>+0xbf0(SB)/4, $13
+DATA sha256X16Perm<>+0xbf4(SB)/4, $29
+DATA sha256X16Perm<>+0xbf8(SB)/4, $15
+DATA sha256X16Perm<>+0xbfc(SB)/4, $31
+GLOBL sha256X16Perm<>(SB), RODATA|NOPTR, $3072

@@ -53,6 +53,7 @@ import (
 	"log"
 	"math/big"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -433,23 +434,91 @@ func x16Load(z *zalloc) [16]string {
 	return w
 }
 
+// x16Layout places element (lane j, word i) of 16 chaining values in
+// one of 8 zmm registers, at a dword: the 16 states as they lie in memory
+// (two per register), two steps between, and word i of every lane in
+// register i, lane j in dword j. Each step moves one bit of j from the
+// register number into the dword and one bit of i the other way, so
+// every register of a step draws from two of the one before.
+var x16Layout = [4]func(j, i int) (reg, dword int){
+	func(j, i int) (int, int) { return j >> 1, j&1<<3 | i },
+	func(j, i int) (int, int) { return j>>2<<1 | i&1, j&1<<3 | i>>1<<1 | j>>1&1 },
+	func(j, i int) (int, int) { return j>>3<<2 | i&3, j&1<<3 | i>>2<<2 | j>>1&3 },
+	func(j, i int) (int, int) { return i, j },
+}
+
+// x16Perm is the rodata of the transposition's VPERMI2D indices, filled
+// as x16Transpose emits the steps.
+var x16Perm []uint32
+
+// x16Transpose emits the step from layout a to layout b: each register of
+// b is one VPERMI2D over the two registers of a it draws from, with an
+// index from x16Perm. src are a's registers; dst names b's (a register
+// from z where dst[c] is empty). It returns b's registers and frees a's.
+func x16Transpose(z *zalloc, src [8]string, dst [8]string, a, b func(j, i int) (int, int)) [8]string {
+	for c := range 8 {
+		var idx [16]uint32
+		var from []int
+		for j := range 16 {
+			for i := range 8 {
+				r, d := b(j, i)
+				if r != c {
+					continue
+				}
+				sr, sd := a(j, i)
+				k := slices.Index(from, sr)
+				if k < 0 {
+					k = len(from)
+					from = append(from, sr)
+				}
+				idx[d] = uint32(16*k + sd)
+			}
+		}
+		if len(from) != 2 {
+			log.Fatalf("sha256_gen: transposition step draws register %d from %d registers", c, len(from))
+		}
+		if dst[c] == "" {
+			dst[c] = z.get()
+		}
+		emit("\tVMOVDQU32 sha256X16Perm<>+0x%03x(SB), %s", 4*len(x16Perm), dst[c])
+		emit("\tVPERMI2D %s, %s, %s", src[from[1]], src[from[0]], dst[c])
+		x16Perm = append(x16Perm, idx[:]...)
+	}
+	z.put(src[:]...)
+	return dst
+}
+
+// zState are the registers that hold word i of every lane's chaining
+// value during the rounds.
+var zState = [8]string{"Z0", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7"}
+
 func genX16() {
 	emit(`// func sha256x16AVX512(h *[16]SHA256State, p *[16][]byte, n int)
 //
 // The state is held word by word across the lanes: Zi holds word i of
-// every lane's chaining value, gathered from h and scattered back with
-// the dword indices in sha256X16Index<>. SI is the offset of the current
-// block in every lane; the chaining values entering a block are saved at
-// 0(SP) for the final additions.
+// every lane's chaining value, transposed from h's 512 bytes in three
+// VPERMI2D steps and back at the end (sha256X16Perm<>). SI is the offset
+// of the current block in every lane; the chaining values entering a
+// block are saved at 0(SP) for the final additions.
 TEXT ·sha256x16AVX512(SB), $512-24
 	MOVQ h+0(FP), DI
 	MOVQ p+8(FP), BX
 	MOVQ n+16(FP), CX
-	XORQ SI, SI
-	VMOVDQU32 sha256X16Index<>(SB), Z8`)
-	for i := range 8 {
-		emit("	KXNORW K0, K0, K1")
-		emit("	VPGATHERDD %d(DI)(Z8*4), K1, Z%d", 4*i, i)
+	XORQ SI, SI`)
+	{
+		z := newZalloc()
+		var regs [8]string
+		for r := range 8 {
+			regs[r] = z.get()
+			emit("\tVMOVDQU32 %d(DI), %s", 64*r, regs[r])
+		}
+		for s := range 3 {
+			var dst [8]string
+			if s == 2 {
+				dst = zState
+			}
+			regs = x16Transpose(z, regs, dst, x16Layout[s], x16Layout[s+1])
+		}
 	}
 	emit("\nx16block:")
 	for i := range 8 {
@@ -509,12 +578,23 @@ TEXT ·sha256x16AVX512(SB), $512-24
 	DECQ CX
 	JNZ x16block
 `)
-	emit("\tVMOVDQU32 sha256X16Index<>(SB), Z8")
-	for i := range 8 {
-		emit("\tKXNORW K0, K0, K1")
-		emit("\tVPSCATTERDD Z%d, K1, %d(DI)(Z8*4)", i, 4*i)
+	{
+		z := newZalloc()
+		regs := zState
+		for s := 3; s > 0; s-- {
+			regs = x16Transpose(z, regs, [8]string{}, x16Layout[s], x16Layout[s-1])
+		}
+		for r := range 8 {
+			emit("\tVMOVDQU32 %s, %d(DI)", regs[r], 64*r)
+		}
 	}
 	emit("\tVZEROUPPER\n\tRET")
+	emit("")
+	emit("// sha256X16Perm<> are the VPERMI2D indices of the transpositions.")
+	for k, v := range x16Perm {
+		emit("DATA sha256X16Perm<>+0x%03x(SB)/4, $%d", 4*k, v)
+	}
+	emit("GLOBL sha256X16Perm<>(SB), RODATA|NOPTR, $%d", 4*len(x16Perm))
 }
 
 func main() {
@@ -539,11 +619,6 @@ func main() {
 		emit("DATA sha256BSwap16<>+0x%02x(SB)/8, $0x%016x", 8*i, []uint64{0x0405060700010203, 0x0c0d0e0f08090a0b}[i%2])
 	}
 	emit("GLOBL sha256BSwap16<>(SB), RODATA|NOPTR, $64\n")
-	emit("// sha256X16Index<> is the dword index of word 0 of each of 16 chaining values.")
-	for j := range 16 {
-		emit("DATA sha256X16Index<>+0x%02x(SB)/4, $%d", 4*j, 8*j)
-	}
-	emit("GLOBL sha256X16Index<>(SB), RODATA|NOPTR, $64\n")
 	out.WriteString(macros)
 	emit("")
 	genX1()
