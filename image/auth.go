@@ -181,6 +181,18 @@ func (t *tagBufs) put(b *[]byte) { t.p.Put(b) }
 // at g's tag offsets. Bad sectors go to bad and come out as zeros; the
 // transform fails only on I/O errors.
 func openTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, bad *badList) sectors.Transform {
+	return tagTransform(r, g, a, bad, a.Open)
+}
+
+// checkTransform verifies a chunk as openTransform does and makes no
+// plaintext (dst is left as it was), for runs whose output is discarded.
+func checkTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, bad *badList) sectors.Transform {
+	return tagTransform(r, g, a, bad, func(_, src, tags []byte, n uint64) error { return a.Check(src, tags, n) })
+}
+
+// tagTransform reads a chunk's tags and hands them to open (Open, or
+// Check), collecting the bad sectors.
+func tagTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, bad *badList, open func(dst, src, tags []byte, n uint64) error) sectors.Transform {
 	ss, ts := a.Geometry().SectorSize, a.TagSize()
 	var pool tagBufs
 	return func(dst, src []byte, n uint64) error {
@@ -190,7 +202,7 @@ func openTransform(r io.ReaderAt, g *integrity.Geometry, a cipher.AuthSector, ba
 		if _, err := r.ReadAt(*tb, off); err != nil {
 			return &sectors.IOError{Op: "read tags", Offset: off, Err: err}
 		}
-		err := a.Open(dst, src, *tb, n)
+		err := open(dst, src, *tb, n)
 		var te *cipher.TagError
 		if errors.As(err, &te) {
 			bad.add(te.Units)
@@ -349,7 +361,7 @@ func (e *Encrypted) firstBad(ctx context.Context, a cipher.AuthSector, bad *badL
 		ext = append(ext, x)
 	}
 	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: a.Geometry().SectorSize}
-	if err := sectors.Run(ctx, discard{}, e.f, ext, openTransform(e.f, e.auth, a, &before), so); err != nil {
+	if err := sectors.Run(ctx, discard{}, e.f, ext, checkTransform(e.f, e.auth, a, &before), so); err != nil {
 		return err
 	}
 	if found := before.err(); found != nil {
@@ -384,7 +396,7 @@ func (e *Encrypted) Verify(ctx context.Context, k *Key, p Pipeline) (*VerifyRepo
 	var bad badList
 	so := p.options(e.PayloadSize, false)
 	so.SectorSize = a.Geometry().SectorSize
-	if err := sectors.Run(ctx, discard{}, e.f, authExtents(e.auth), openTransform(e.f, e.auth, a, &bad), so); err != nil {
+	if err := sectors.Run(ctx, discard{}, e.f, authExtents(e.auth), checkTransform(e.f, e.auth, a, &bad), so); err != nil {
 		return nil, err
 	}
 	r := &VerifyReport{Sectors: uint64(e.PayloadSize / 512), Bytes: e.PayloadSize}

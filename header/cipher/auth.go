@@ -56,7 +56,9 @@ type authKernel interface {
 	seal(dst, tags, src []byte, aadUnit, iv uint64, sectorSize int) error
 	// open checks and decrypts; it calls bad with the index of each sector
 	// whose tag does not match (that sector of dst is then zeroed), in
-	// order, and decrypts the others.
+	// order, and decrypts the others. With dst nil it only checks: bad is
+	// called as before and no plaintext is made where the tag alone
+	// tells (the HMAC modes authenticate the ciphertext).
 	open(dst, src, tags []byte, aadUnit, iv uint64, sectorSize int, bad func(i int))
 	clear()
 }
@@ -166,6 +168,10 @@ type AuthSector interface {
 	// Sectors whose tag does not match are zeroed in dst and listed in the
 	// returned *TagError; the others are decrypted all the same.
 	Open(dst, src, tags []byte, unit uint64) error
+	// Check is Open without the plaintext: it checks each sector against
+	// its tag and returns the *TagError of those that fail, writing
+	// nothing (what cryptimg verify needs).
+	Check(src, tags []byte, unit uint64) error
 	// Reseal is Seal with a random-IV mode's IVs taken from tags, as an
 	// earlier Seal wrote them: the same key and plaintext give the same
 	// ciphertext and tags (the redo of an interrupted reencryption).
@@ -251,6 +257,16 @@ func (s *authSector) Seal(dst, tags, src []byte, unit uint64) error {
 
 func (s *authSector) Open(dst, src, tags []byte, unit uint64) error {
 	check(s.prefix, dst, src, s.g.SectorSize)
+	return s.open(dst, src, tags, unit)
+}
+
+func (s *authSector) Check(src, tags []byte, unit uint64) error {
+	check(s.prefix, src, src, s.g.SectorSize)
+	return s.open(nil, src, tags, unit)
+}
+
+// open is Open and, with dst nil, Check.
+func (s *authSector) open(dst, src, tags []byte, unit uint64) error {
 	s.checkTags(src, tags)
 	if len(src) == 0 {
 		return nil

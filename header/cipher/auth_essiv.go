@@ -83,7 +83,7 @@ func (e *authESSIV) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad 
 	n, per := len(src)/ss, chunkSectors(ss)
 	for i := 0; i < n; i += per {
 		m := min(per, n-i)
-		d, s := dst[i*ss:(i+m)*ss], src[i*ss:(i+m)*ss]
+		d, s := span(dst, i*ss, (i+m)*ss), src[i*ss:(i+m)*ss]
 		first := iv + uint64(i)*step
 		recs := e.records(st, m, aadUnit+uint64(i)*step, first, step)
 		badMask := e.mac.check(st, tags[i*macSize:(i+m)*macSize], recs, s, ss)

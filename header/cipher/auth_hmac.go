@@ -186,6 +186,14 @@ func (st *macState) put() {
 	macPool.Put(st)
 }
 
+// span is b[lo:hi], or nil for a nil b (an open that only checks).
+func span(b []byte, lo, hi int) []byte {
+	if b == nil {
+		return nil
+	}
+	return b[lo:hi]
+}
+
 func grow(b *[]byte, n int) []byte {
 	if cap(*b) < n {
 		*b = make([]byte, n)
@@ -212,8 +220,16 @@ func aadRecords(recs []byte, n int, aadUnit, iv, step uint64) {
 // bit j of badMask is set for each sector that failed. It calls dec once
 // per run of good sectors (sector indexes j to k-1) and zeroes and reports
 // the bad ones, in order; first is the chunk's first sector in the call.
+// With dst nil (a check) it only reports.
 func openRuns(dst []byte, n, sectorSize int, badMask uint64, first int, bad func(int), dec func(j, k int)) {
 	for j := 0; j < n; {
+		if dst == nil {
+			if badMask>>j&1 != 0 {
+				bad(first + j)
+			}
+			j++
+			continue
+		}
 		if badMask>>j&1 != 0 {
 			clear(dst[j*sectorSize : (j+1)*sectorSize])
 			bad(first + j)

@@ -444,6 +444,15 @@ func TestAuthTamper(t *testing.T) {
 				if !slices.Equal(te.Units, want) {
 					t.Fatalf("%s %d %s: units %v, want %v", spec, ss, name, te.Units, want)
 				}
+				// Check names the same sectors and writes nothing.
+				in0, tags0 := bytes.Clone(ct), bytes.Clone(tags)
+				err = s.Check(ct, tags, unit)
+				if te = nil; !errors.As(err, &te) || !slices.Equal(te.Units, want) {
+					t.Fatalf("%s %d %s: Check = %v, want the units %v", spec, ss, name, err, want)
+				}
+				if !bytes.Equal(ct, in0) || !bytes.Equal(tags, tags0) {
+					t.Fatalf("%s %d %s: Check changed its input", spec, ss, name)
+				}
 				for i := range n {
 					got, w := dst[i*ss:(i+1)*ss], src[i*ss:(i+1)*ss]
 					if slices.Contains(bad, i) {
@@ -485,6 +494,12 @@ func TestAuthTamper(t *testing.T) {
 			}
 			if err := s.Open(pt, ct, tags, unit); err != nil || !bytes.Equal(pt, src) {
 				t.Fatalf("%s %d: Open after restoring: %v", spec, ss, err)
+			}
+			if err := s.Check(ct, tags, unit); err != nil {
+				t.Fatalf("%s %d: Check after restoring: %v", spec, ss, err)
+			}
+			if err := s.Check(ct, tags, unit+step); err == nil {
+				t.Fatalf("%s %d: Check at another unit passed", spec, ss)
 			}
 		}
 	}

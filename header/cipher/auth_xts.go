@@ -65,7 +65,7 @@ func (a *authXTS) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad fu
 	recs := grow(&st.recs, 24*per)
 	for i := 0; i < n; i += per {
 		m := min(per, n-i)
-		d, s := dst[i*ss:(i+m)*ss], src[i*ss:(i+m)*ss]
+		d, s := span(dst, i*ss, (i+m)*ss), src[i*ss:(i+m)*ss]
 		first := iv + uint64(i)*step
 		aadRecords(recs, m, aadUnit+uint64(i)*step, first, step)
 		badMask := a.mac.check(st, tags[i*macSize:(i+m)*macSize], recs[:24*m], s, ss)
