@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -31,6 +32,10 @@ func Stream(ctx context.Context, dst io.Writer, src io.Reader, first uint64, t T
 	}
 	nbuf := 2*p.jobs + 2
 	pl := newPool(nbuf, p.chunk)
+	if o.Collect {
+		pl.fill()
+		runtime.GC()
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
