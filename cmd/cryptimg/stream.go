@@ -165,7 +165,7 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 
 // decryptStreamed unlocks e and writes the plaintext of payload to out.
 func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *image.Encrypted, payload io.Reader, in, out string) error {
-	k, err := unlockImage(g, e, o.key, streamName(in), passPrompt(streamName(in)), o.keySlot)
+	k, err := unlockImage(g, e, o.key, inName(in), passPrompt(inName(in)), o.keySlot)
 	if err != nil {
 		return err
 	}
@@ -232,14 +232,23 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 // ("broken pipe") is the reader's doing.
 func streamErr(err error, in, out string) error {
 	if errors.Is(err, syscall.EPIPE) {
-		return fmt.Errorf("writing to %s: the reading end of the pipe was closed (%w)", streamName(out), err)
+		return fmt.Errorf("writing to %s: the reading end of the pipe was closed (%w)", outName(out), err)
 	}
-	return fmt.Errorf("%s to %s: %w", streamName(in), streamName(out), err)
+	return fmt.Errorf("%s to %s: %w", inName(in), outName(out), err)
 }
 
-func streamName(s string) string {
+// inName and outName name a command's input and output for messages:
+// "-" is stdin on the one side and stdout on the other.
+func inName(s string) string {
 	if s == stdio {
-		return "stdio"
+		return "stdin"
+	}
+	return s
+}
+
+func outName(s string) string {
+	if s == stdio {
+		return "stdout"
 	}
 	return s
 }
