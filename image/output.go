@@ -71,10 +71,20 @@ type Output struct {
 // CreateOutput creates the temporary file for path with mode 0600 (an image
 // or a header holds key material). An existing path is refused unless force
 // is set, and one that is not a regular file always (CheckOutputPath); it
-// is replaced only when Commit succeeds.
+// is replaced only when Commit succeeds, through a symbolic link if path is
+// one.
 func CreateOutput(path string, force bool) (*Output, error) {
 	if err := CheckOutputPath(path, force); err != nil {
 		return nil, err
+	}
+	// A symbolic link to an existing file is written through, as cp and
+	// qemu-img write through one: the new file is made beside the link's
+	// target and replaces the target, and the link stays. A dangling link
+	// is replaced.
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if target, err := filepath.EvalSymlinks(path); err == nil {
+			path = target
+		}
 	}
 	dir, base := filepath.Split(path)
 	if dir == "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -170,5 +171,66 @@ func TestFormatHeaderAndEncryptTo(t *testing.T) {
 	}
 	if _, err := FormatHeader([]byte("pw"), header.Params{VolumeKey: vk}); err == nil {
 		t.Fatal("a 512-bit volume key for the default ESSIV cipher was accepted")
+	}
+}
+
+// TestOutputThroughSymlink: an output path that is a symbolic link to a
+// file replaces the file and keeps the link, with the temporary file made
+// beside the target (in another directory here); a dangling link is
+// replaced by the new file.
+func TestOutputThroughSymlink(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	target := filepath.Join(other, "target.raw")
+	if err := os.WriteFile(target, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "out.raw")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	o, err := CreateOutput(link, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(o.TempName()) != other {
+		t.Errorf("temporary file %s, want it beside the target in %s", o.TempName(), other)
+	}
+	o.WriteString("new")
+	if err := o.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v, %v", st, err)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "new" {
+		t.Fatalf("target holds %q, %v; want the new output", b, err)
+	}
+	if st, _ := os.Stat(target); st.Mode().Perm() != 0o600 {
+		t.Errorf("target mode %v, want 0600", st.Mode().Perm())
+	}
+	if _, err := CreateOutput(link, false); !errors.Is(err, ErrExists) {
+		t.Errorf("a link to an existing file without force: %v, want ErrExists", err)
+	}
+
+	dangling := filepath.Join(dir, "dangling.raw")
+	os.Symlink(filepath.Join(dir, "nothing"), dangling)
+	o, err = CreateOutput(dangling, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.WriteString("x")
+	if err := o.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(dangling); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("dangling link: %v, %v; want a regular file in its place", st, err)
+	}
+	for _, d := range []string{dir, other} {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".tmp") {
+				t.Errorf("temporary file left in %s: %s", d, e.Name())
+			}
+		}
 	}
 }
