@@ -32,11 +32,11 @@ var hasSHA256AVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
 // preferSHA256AVX512 reports whether the 16-lane AVX-512 kernel beats the
 // SHA-NI ones on this CPU. It does on AMD Zen 5 (family 0x1a), whose
 // vector units are 512 bits wide: there 16 lanes compress about 1.6x as
-// fast as the best SHA-NI kernel (BenchmarkSHA256Blocks, 4.5 against 2.85
-// GB/s). Elsewhere it is
-// measured on no CPU here, so SHA-NI stays first where the CPU has it,
-// and the 16-lane kernel leads only where SHA-NI is missing (the Intel
-// server cores of 2017-2020), where the alternative is the generic code.
+// fast as the best SHA-NI kernel (BenchmarkSHA256Blocks, 4.5 against
+// 2.85 GB/s). Elsewhere it is measured on no CPU here, so SHA-NI stays
+// first where the CPU has it, and the 16-lane kernel leads only where
+// SHA-NI is missing (Intel's Skylake and Cascade Lake server cores),
+// where the alternative is crypto/sha256 one sector at a time.
 func preferSHA256AVX512() bool {
 	if !hasSHA256AVX512 {
 		return false
