@@ -138,6 +138,21 @@ func TestSHA256PreferAVX512(t *testing.T) {
 	}
 }
 
+// directLanes fills each lane j with its own chaining value h[j] and nb
+// random blocks data[j] (unaligned by j bytes), and want[j] with what the
+// generic compression makes of them.
+func directLanes(h, want []SHA256State, data [][]byte, nb int) {
+	for j := range h {
+		data[j] = make([]byte, nb*64+j)[j:]
+		rand.Read(data[j])
+		for w := range h[j] {
+			h[j][w] = uint32(j*0x01010101+w) * 0x9e3779b9
+		}
+		want[j] = h[j]
+		sha256BlocksGeneric(&want[j], data[j])
+	}
+}
+
 // The kernels called directly, one lane count each, against the generic
 // compression: the driver never calls the 4-lane kernel with fewer lanes
 // or the 1-lane kernel for whole groups, so pin each on its own.
@@ -148,15 +163,7 @@ func TestSHA256KernelsDirect(t *testing.T) {
 	for _, nb := range []int{1, 2, 3, 16, 65} {
 		var h, want [4]SHA256State
 		var data [4][]byte
-		for j := range 4 {
-			data[j] = make([]byte, nb*64+j)[j:]
-			rand.Read(data[j])
-			for w := range h[j] {
-				h[j][w] = uint32(j*0x01010101+w) * 0x9e3779b9
-			}
-			want[j] = h[j]
-			sha256BlocksGeneric(&want[j], data[j])
-		}
+		directLanes(h[:], want[:], data[:], nb)
 		got := h
 		sha256x1SHANI(&got[0], &data[0][0], nb)
 		if got[0] != want[0] {
@@ -185,15 +192,7 @@ func TestSHA256X16Direct(t *testing.T) {
 	for _, nb := range []int{1, 2, 3, 16, 65} {
 		var h, want [16]SHA256State
 		var data [16][]byte
-		for j := range 16 {
-			data[j] = make([]byte, nb*64+j)[j:]
-			rand.Read(data[j])
-			for w := range h[j] {
-				h[j][w] = uint32(j*0x01010101+w) * 0x9e3779b9
-			}
-			want[j] = h[j]
-			sha256BlocksGeneric(&want[j], data[j])
-		}
+		directLanes(h[:], want[:], data[:], nb)
 		got := h
 		p := data
 		sha256x16AVX512(&got, &p, nb)

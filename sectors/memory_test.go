@@ -227,16 +227,7 @@ func TestCollect(t *testing.T) {
 	var st stats
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	var gcAtFirst atomic.Uint32
-	var first sync.Once
-	tr := func(d, s []byte, n uint64) error {
-		first.Do(func() {
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			gcAtFirst.Store(m.NumGC)
-		})
-		return xorSectors(d, s, n)
-	}
+	tr, gcAtFirst := gcAtFirstTransform()
 	if err := run(context.Background(), dst, src, ext, tr, Options{Jobs: 2, ChunkSize: chunk, Collect: true}, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -245,11 +236,11 @@ func TestCollect(t *testing.T) {
 	if st.buffers != 2*2+2 {
 		t.Errorf("%d buffers, want all %d", st.buffers, 2*2+2)
 	}
-	if g := gcAtFirst.Load(); g < before.NumGC+1 {
+	if g := gcAtFirst(); g < before.NumGC+1 {
 		t.Errorf("no collection before the first transform (NumGC %d, then %d)", before.NumGC, g)
 	}
-	if !raceEnabled && after.NumGC != gcAtFirst.Load() {
-		t.Errorf("%d collections during the run", after.NumGC-gcAtFirst.Load())
+	if !raceEnabled && after.NumGC != gcAtFirst() {
+		t.Errorf("%d collections during the run", after.NumGC-gcAtFirst())
 	}
 	if !bytes.Equal(dst.buf, want.buf) {
 		t.Error("the output differs from a run without Collect")
@@ -267,16 +258,7 @@ func TestCollectStream(t *testing.T) {
 	}
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	var gcAtFirst atomic.Uint32
-	var first sync.Once
-	tr := func(d, s []byte, n uint64) error {
-		first.Do(func() {
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			gcAtFirst.Store(m.NumGC)
-		})
-		return xorSectors(d, s, n)
-	}
+	tr, gcAtFirst := gcAtFirstTransform()
 	var got bytes.Buffer
 	got.Grow(want.Len())
 	if _, err := Stream(context.Background(), &got, io.NewSectionReader(&genReader{size: 256 * chunk}, 0, 256*chunk), 0, tr, Options{Jobs: 2, ChunkSize: chunk, Collect: true}); err != nil {
@@ -284,13 +266,28 @@ func TestCollectStream(t *testing.T) {
 	}
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	if g := gcAtFirst.Load(); g < before.NumGC+1 {
+	if g := gcAtFirst(); g < before.NumGC+1 {
 		t.Errorf("no collection before the first transform (NumGC %d, then %d)", before.NumGC, g)
 	}
-	if !raceEnabled && after.NumGC != gcAtFirst.Load() {
-		t.Errorf("%d collections during the stream", after.NumGC-gcAtFirst.Load())
+	if !raceEnabled && after.NumGC != gcAtFirst() {
+		t.Errorf("%d collections during the stream", after.NumGC-gcAtFirst())
 	}
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Error("the output differs from a stream without Collect")
 	}
+}
+
+// gcAtFirstTransform is xorSectors with the number of collections so far
+// noted at its first call, which the returned function reports.
+func gcAtFirstTransform() (Transform, func() uint32) {
+	var n atomic.Uint32
+	var first sync.Once
+	return func(d, s []byte, unit uint64) error {
+		first.Do(func() {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			n.Store(m.NumGC)
+		})
+		return xorSectors(d, s, unit)
+	}, n.Load
 }
