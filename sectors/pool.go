@@ -1,6 +1,9 @@
 package sectors
 
-import "context"
+import (
+	"context"
+	"runtime"
+)
 
 // bufPool hands out at most cap chunk buffers of one size. Buffers are
 // allocated on first use and then recycled, so a run allocates at most cap
@@ -37,11 +40,15 @@ func (p *bufPool) get(ctx context.Context) []byte {
 	}
 }
 
-// fill allocates every buffer not yet made.
-func (p *bufPool) fill() {
+// collect allocates every buffer not yet made and then runs a garbage
+// collection, for Options.Collect: with the run's buffers live, the heap
+// has room for what the run allocates and no collection comes due while
+// the workers are in assembly.
+func (p *bufPool) collect() {
 	for ; p.allocated < cap(p.free); p.allocated++ {
 		p.free <- make([]byte, p.size)
 	}
+	runtime.GC()
 }
 
 // put returns a buffer taken with get. It never blocks: at most cap buffers

@@ -227,26 +227,18 @@ func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent
 		defer func() { st.buffers = pl.allocated }()
 	}
 	if o.Collect {
-		pl.fill()
-		runtime.GC()
+		pl.collect()
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	runCtx, f := newFailure(ctx)
+	defer f.cancel()
+	fail := f.fail
 	var (
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
-		jobs     = make(chan chunk, nbuf)
-		results  = make(chan chunk, nbuf)
-		holes    = newHoleFinder(src)
+		wg      sync.WaitGroup
+		jobs    = make(chan chunk, nbuf)
+		results = make(chan chunk, nbuf)
+		holes   = newHoleFinder(src)
 	)
-	fail := func(err error) {
-		errOnce.Do(func() {
-			firstErr = err
-			cancel()
-		})
-	}
 
 	wg.Go(func() {
 		defer close(jobs)
@@ -262,10 +254,10 @@ func run(ctx context.Context, dst io.WriterAt, src io.ReaderAt, extents []Extent
 	if werr != nil {
 		fail(werr)
 	}
-	cancel()
+	f.cancel()
 	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if f.err != nil {
+		return f.err
 	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled from outside before the last chunk was written.
@@ -427,4 +419,24 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// failure keeps the first error of a run's goroutines and cancels the
+// run's context when it comes. err is read after they have all returned.
+type failure struct {
+	once   sync.Once
+	err    error
+	cancel context.CancelFunc
+}
+
+func newFailure(ctx context.Context) (context.Context, *failure) {
+	runCtx, cancel := context.WithCancel(ctx)
+	return runCtx, &failure{cancel: cancel}
+}
+
+func (f *failure) fail(err error) {
+	f.once.Do(func() {
+		f.err = err
+		f.cancel()
+	})
 }

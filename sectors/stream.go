@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 )
 
@@ -33,25 +32,17 @@ func Stream(ctx context.Context, dst io.Writer, src io.Reader, first uint64, t T
 	nbuf := 2*p.jobs + 2
 	pl := newPool(nbuf, p.chunk)
 	if o.Collect {
-		pl.fill()
-		runtime.GC()
+		pl.collect()
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	runCtx, f := newFailure(ctx)
+	defer f.cancel()
+	fail := f.fail
 	var (
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
-		jobs     = make(chan chunk, nbuf)
-		results  = make(chan chunk, nbuf)
-		total    = make(chan int64, 1) // chunks the reader made, once it stops
+		wg      sync.WaitGroup
+		jobs    = make(chan chunk, nbuf)
+		results = make(chan chunk, nbuf)
+		total   = make(chan int64, 1) // chunks the reader made, once it stops
 	)
-	fail := func(err error) {
-		errOnce.Do(func() {
-			firstErr = err
-			cancel()
-		})
-	}
 	var partial error // the input's end inside a sector: reported once the rest is written
 	wg.Go(func() {
 		defer close(jobs)
@@ -70,10 +61,10 @@ func Stream(ctx context.Context, dst io.Writer, src io.Reader, first uint64, t T
 	if werr != nil {
 		fail(werr)
 	}
-	cancel()
+	f.cancel()
 	wg.Wait()
-	if firstErr != nil {
-		return written, firstErr
+	if f.err != nil {
+		return written, f.err
 	}
 	if err := ctx.Err(); err != nil {
 		return written, err
