@@ -121,6 +121,16 @@ func SupportedAuth() []string {
 	return s
 }
 
+// AuthModes returns the authenticated modes, sorted by Name.
+func AuthModes() []*AuthMode {
+	var ms []*AuthMode
+	for _, m := range authRegistry {
+		ms = append(ms, m)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Name() < ms[j].Name() })
+	return ms
+}
+
 // ParseAuth finds the authenticated mode for a cipher specification and a
 // LUKS2 integrity type ("hmac(sha256)", "aead").
 func ParseAuth(spec, integrity string) (*AuthMode, error) {

@@ -1,7 +1,6 @@
 package cipher
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
@@ -59,6 +58,15 @@ func defaultMAC() *asm.SHA256Impl {
 		return &best
 	}
 	return nil
+}
+
+// MACKernel names what computes the hmac(sha256) modes' tags: package
+// asm's SHA-256 implementation ("avx512", "sha-ni"), or crypto/sha256.
+func MACKernel() string {
+	if m := defaultMAC(); m != nil {
+		return m.Name
+	}
+	return "crypto/sha256"
 }
 
 // newHMACSHA256 takes a key of at most one SHA-256 block: the modes here
@@ -136,11 +144,22 @@ func (m *hmacSHA256) check(st *macState, want, recs, data []byte, sectorSize int
 	m.sectors(st, got, recs, data, sectorSize)
 	var bad uint64
 	for j := range n {
-		if !hmac.Equal(got[j*macSize:(j+1)*macSize], want[j*macSize:(j+1)*macSize]) {
-			bad |= 1 << j
-		}
+		bad |= tagDiffers(got[j*macSize:(j+1)*macSize], want[j*macSize:(j+1)*macSize]) << j
 	}
 	return bad
+}
+
+// tagDiffers returns 1 if the 32-byte tags a and b differ and 0 if they
+// are equal, in time independent of their contents, as crypto/hmac.Equal
+// but a word at a time instead of its byte loop (about 2% of an open at
+// 512-byte sectors, BenchmarkAuth).
+func tagDiffers(a, b []byte) uint64 {
+	_, _ = a[macSize-1], b[macSize-1]
+	var x uint64
+	for i := 0; i < macSize; i += 8 {
+		x |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
+	}
+	return (x | -x) >> 63
 }
 
 // clear overwrites the states; tag panics afterwards.

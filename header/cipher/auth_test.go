@@ -870,3 +870,26 @@ func TestAuthMACClear(t *testing.T) {
 		}()
 	}
 }
+
+// tagDiffers tells equal tags from ones that differ in any one bit, or in
+// all of them.
+func TestTagDiffers(t *testing.T) {
+	a := randBytes(macSize)
+	if tagDiffers(a, bytes.Clone(a)) != 0 {
+		t.Fatal("equal tags differ")
+	}
+	for bit := range 8 * macSize {
+		b := bytes.Clone(a)
+		b[bit/8] ^= 1 << (bit % 8)
+		if tagDiffers(a, b) != 1 {
+			t.Fatalf("tags one bit %d apart are equal", bit)
+		}
+	}
+	b := bytes.Clone(a)
+	for i := range b {
+		b[i] ^= 0xff
+	}
+	if tagDiffers(a, b) != 1 {
+		t.Fatal("complementary tags are equal")
+	}
+}
