@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cryptimg/cryptimg/image"
 	"github.com/cryptimg/cryptimg/image/integrity"
 )
 
@@ -277,20 +276,7 @@ func TestIntegrityView(t *testing.T) {
 	img := filepath.Join(dir, "img.luks")
 	integrityImage(t, key, plain, img, integrityCases[1].args...)
 
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	e, err := image.Open(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := e.Unlock([]byte("integrity passphrase"), -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Clear()
+	f, e, k := unlockedImage(t, img, "integrity passphrase", os.O_RDWR)
 	v, err := e.View(f, k, false)
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-
-	"github.com/cryptimg/cryptimg/header"
 	"testing"
 
-	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/header"
 )
 
 // luks2Image makes a LUKS2 image with cryptsetup the only way it can fill
@@ -163,20 +161,7 @@ func TestLUKS2View(t *testing.T) {
 	dir := t.TempDir()
 	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
 	img, plain := luks2Image(t, dir, key, "--sector-size", "4096", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000")
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	e, err := image.Open(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := e.Unlock([]byte(testPassphrase), -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Clear()
+	f, e, k := unlockedImage(t, img, testPassphrase, os.O_RDWR)
 	v, err := e.View(f, k, false)
 	if err != nil {
 		t.Fatal(err)
