@@ -77,7 +77,7 @@ func TestSHA256KernelsSelected(t *testing.T) {
 	if sha != hasSHANI {
 		t.Fatalf("/proc/cpuinfo says sha_ni %v, CPUID detection says %v", sha, hasSHANI)
 	}
-	if f && bw != hasSHA256AVX512 {
+	if (f && bw) != hasSHA256AVX512 {
 		t.Fatalf("/proc/cpuinfo says avx512f and avx512bw %v, detection says %v", f && bw, hasSHA256AVX512)
 	}
 	var want []string
