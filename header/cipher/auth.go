@@ -114,10 +114,9 @@ func registerAuth(m *AuthMode) {
 // SupportedAuth lists the authenticated modes, "spec + integrity", sorted.
 func SupportedAuth() []string {
 	var s []string
-	for _, m := range authRegistry {
+	for _, m := range AuthModes() {
 		s = append(s, m.Name())
 	}
-	sort.Strings(s)
 	return s
 }
 
