@@ -253,11 +253,22 @@ func TestDetachedInPlace(t *testing.T) {
 			dec := []string{"decrypt", "--in-place", "-d", key, "--hotzone-size", "1048576", "--header", hdr, data}
 			rng := rand.New(rand.NewPCG(11, uint64(len(typ))))
 			// Up to three kills, each at a random moment of the first
-			// second, then the same command again to the end.
+			// second, then the same command again to the end. A kill
+			// that lands after the run finished (journal removed, header
+			// file in its final state) but before the process exited
+			// ends it too: running the command again would rightly be
+			// refused, as the image is no longer what it expects.
+			finished := func(wantHeader bool) bool {
+				if _, err := os.Stat(data + ".cryptimg-journal"); err == nil {
+					return false
+				}
+				st, err := os.Stat(hdr)
+				return err == nil && (st.Size() > 0) == wantHeader
+			}
 			killedRun := func(args []string) {
 				t.Helper()
 				for range 3 {
-					if runKilled(t, time.Duration(rng.Int64N(int64(time.Second))), args...) {
+					if runKilled(t, time.Duration(rng.Int64N(int64(time.Second))), args...) || finished(args[0] == "encrypt") {
 						return
 					}
 				}
