@@ -124,14 +124,11 @@ func runClone(cmd *cobra.Command, g *globalOptions, o cloneOptions, in, out stri
 	if err != nil {
 		return err
 	}
-	src, err := openInput(in)
+	src, err := openSource(in)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	if err := checkNotPending(src, in); err != nil {
-		return err
-	}
 	e, closeHeader, err := openData(g, src, in)
 	if err != nil {
 		return err

@@ -194,15 +194,8 @@ func runCreate(cmd *cobra.Command, g *globalOptions, o createOptions, out string
 	if err != nil {
 		return err
 	}
-	// The data first, as encrypt does: neither file appears until both
-	// are complete.
-	if err := dst.Commit(); err != nil {
+	if err := commitOutputs(dst, hdr); err != nil {
 		return err
-	}
-	if hdr != nil {
-		if err := hdr.Commit(); err != nil {
-			return err
-		}
 	}
 	s := createSummary{MessageType: "summary", Op: "create", Output: out, Header: g.header, Format: string(format),
 		Size: size, Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(h, 0)}

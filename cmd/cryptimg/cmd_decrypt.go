@@ -84,14 +84,11 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	if err != nil {
 		return err
 	}
-	src, err := openInput(in)
+	src, err := openSource(in)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	if err := checkNotPending(src, in); err != nil {
-		return err
-	}
 	e, closeHeader, err := openData(g, src, in)
 	if err != nil {
 		return err

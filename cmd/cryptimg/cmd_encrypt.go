@@ -251,14 +251,11 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err
 	}
-	src, err := openInput(in)
+	src, err := openSource(in)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	if err := checkNotPending(src, in); err != nil {
-		return err
-	}
 	format, err := parseFormat(o.outputFormat)
 	if err != nil {
 		return err
@@ -311,15 +308,8 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if err != nil {
 		return err
 	}
-	// The data first: a header without its data is no use to anyone, and
-	// neither file appears until both are complete.
-	if err := dst.Commit(); err != nil {
+	if err := commitOutputs(dst, hdr); err != nil {
 		return err
-	}
-	if hdr != nil {
-		if err := hdr.Commit(); err != nil {
-			return err
-		}
 	}
 	return g.report(o.json, summary{
 		Op: "encrypt", Input: in, Output: out, Format: string(formatOr(format, plain.Format)),

@@ -121,7 +121,7 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return nil, err
 	}
-	src, err := openInput(path)
+	src, err := openSource(path)
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,7 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err
 	}
-	src, err := openInput(in)
+	src, err := openSource(in)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func runDecryptPartition(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err
 	}
-	src, err := openInput(in)
+	src, err := openSource(in)
 	if err != nil {
 		return err
 	}

@@ -111,11 +111,11 @@ func lockImage(path string) (*os.File, error) {
 	return f, nil
 }
 
-// pendingOp reports the unfinished operation of the image, if any, and
-// refuses one of another kind.
 // opCommand is the command line that runs (or resumes) each operation.
 var opCommand = map[image.Op]string{image.OpReencrypt: "reencrypt", image.OpEncrypt: "encrypt --in-place", image.OpDecrypt: "decrypt --in-place", image.OpConvert: "convert"}
 
+// pendingOp reports the unfinished operation of the image, if any, and
+// refuses one of another kind.
 func pendingOp(path string, f *os.File, op image.Op, resume bool) (bool, error) {
 	p, err := image.Pending(f, image.Sidecar(path))
 	if err != nil {

@@ -83,14 +83,11 @@ func runVerify(cmd *cobra.Command, g *globalOptions, o verifyOptions, name strin
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
-	src, err := openInput(name)
+	src, err := openSource(name)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	if err := checkNotPending(src, name); err != nil {
-		return err
-	}
 	e, closeHeader, err := openData(g, src, name)
 	if err != nil {
 		return err

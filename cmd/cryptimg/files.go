@@ -25,6 +25,20 @@ func openInput(path string) (*os.File, error) {
 	return f, nil
 }
 
+// openSource opens an existing image file to read from, refusing one with
+// an unfinished reencrypt or in-place operation (see checkNotPending).
+func openSource(path string) (*os.File, error) {
+	f, err := openInput(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNotPending(f, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // checkNotPending refuses an input with an unfinished reencrypt or
 // in-place operation: its bytes are half converted, so reading it as
 // plaintext or ciphertext would give garbage.
@@ -65,6 +79,19 @@ func createOutput(g *globalOptions, path string, force bool) (o *image.Output, d
 		o.Abort()
 		unregister()
 	}, nil
+}
+
+// commitOutputs renames a finished image and its detached header (hdr may
+// be nil) into place: the data first, as a header without its data is no
+// use to anyone, so neither appears until both are complete.
+func commitOutputs(dst, hdr *image.Output) error {
+	if err := dst.Commit(); err != nil {
+		return err
+	}
+	if hdr != nil {
+		return hdr.Commit()
+	}
+	return nil
 }
 
 // opProgress adapts the image layer's (done, total) callback to a

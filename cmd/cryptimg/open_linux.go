@@ -55,6 +55,9 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 		return err
 	}
 	defer src.Close()
+	if err := checkNotPending(src, img); err != nil {
+		return err
+	}
 	e, closeHeader, err := openData(g, src, img)
 	if err != nil {
 		return err

@@ -228,6 +228,11 @@ func TestReencryptBusy(t *testing.T) {
 	for _, args := range [][]string{
 		{"dump", enc},
 		{"decrypt", "--key-file", key, enc, out},
+		{"decrypt", "--key-file", key, enc, "-"},
+		{"decrypt", "--key-file", key, "--partition", "1", enc, out},
+		{"clone", "--key-file", key, enc, out},
+		{"verify", "--key-file", key, enc},
+		{"ls", "--key-file", key, enc},
 		{"add-key", "--key-file", key, "--new-key-file", key, enc},
 		{"decrypt", "--in-place", "--key-file", key, enc},
 		{"encrypt", "--in-place", "--key-file", key, enc},
@@ -345,6 +350,8 @@ func TestInPlaceEncryptPendingInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"encrypt", "--key-file", key, "--pbkdf-force-iterations", "1000", img, filepath.Join(dir, "o1")},
 		{"decrypt", "--key-file", key, img, filepath.Join(dir, "o2")},
+		{"encrypt", "--key-file", key, "--pbkdf-force-iterations", "1000", "--partition", "1", img, filepath.Join(dir, "o3")},
+		{"encrypt", "--key-file", key, "--pbkdf-force-iterations", "1000", img, "-"},
 	} {
 		r := cryptimg(t, "", args...)
 		if r.code != exitBusy || !strings.Contains(r.stderr, "unfinished") {
@@ -353,6 +360,7 @@ func TestInPlaceEncryptPendingInput(t *testing.T) {
 	}
 	noFile(t, filepath.Join(dir, "o1"))
 	noFile(t, filepath.Join(dir, "o2"))
+	noFile(t, filepath.Join(dir, "o3"))
 }
 
 // TestRerunAfterSuccess: a pipeline step retried after it had finished must

@@ -89,14 +89,11 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 		}
 		src = g.stdin
 	} else {
-		f, err := openInput(in)
+		f, err := openSource(in)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if err := checkNotPending(f, in); err != nil {
-			return err
-		}
 		if qcow2.IsQcow2(f) {
 			return usagef("%s is qcow2, which needs a seekable output: give OUTPUT as a file", in)
 		}
@@ -143,14 +140,11 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 	}
 	if in != stdio {
 		// A file to stdout: the usual reader, then the plaintext streamed.
-		f, err := openInput(in)
+		f, err := openSource(in)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if err := checkNotPending(f, in); err != nil {
-			return err
-		}
 		return decryptFileToStream(cmd, g, o, f, in, out)
 	}
 	if o.key.keyFile == stdio {
