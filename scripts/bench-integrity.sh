@@ -19,7 +19,7 @@
 # cores: the paired ratio sha256-j2 wall ÷ job wall (both on two cores) is
 # the per-core figure. PBKDF2 is forced to 1000 iterations, so the numbers
 # are about the data path. decrypt and encrypt write into new tmpfs pages,
-# whose price the host sets (docs/BENCHMARKS.md, fifth session); the same
+# whose price the host sets (docs/BENCHMARKS.md, "new tmpfs pages"); the same
 # work with the outputs' pages kept is scripts/authrate.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
