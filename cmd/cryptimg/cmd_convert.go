@@ -62,15 +62,11 @@ func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path str
 	if err != nil {
 		return err
 	}
-	f, err := lockImage(path)
+	f, resuming, err := lockOp(path, image.OpConvert, o.resume)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	resuming, err := pendingOp(path, f, image.OpConvert, o.resume)
-	if err != nil {
-		return err
-	}
 	if resuming {
 		info(g, "resuming the unfinished conversion of %s", path)
 	} else {

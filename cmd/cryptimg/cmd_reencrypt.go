@@ -114,20 +114,27 @@ func lockImage(path string) (*os.File, error) {
 // opCommand is the command line that runs (or resumes) each operation.
 var opCommand = map[image.Op]string{image.OpReencrypt: "reencrypt", image.OpEncrypt: "encrypt --in-place", image.OpDecrypt: "decrypt --in-place", image.OpConvert: "convert"}
 
-// pendingOp reports the unfinished operation of the image, if any, and
-// refuses one of another kind.
-func pendingOp(path string, f *os.File, op image.Op, resume bool) (bool, error) {
+// lockOp locks the image at path for op (see lockImage) and reports
+// whether an unfinished op is to be continued; it refuses an unfinished
+// operation of another kind, and --resume (resume) with none.
+func lockOp(path string, op image.Op, resume bool) (f *os.File, resuming bool, err error) {
+	if f, err = lockImage(path); err != nil {
+		return nil, false, err
+	}
 	p, err := image.Pending(f, image.Sidecar(path))
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%s: %w", path, err)
+	case p != nil && p.Op != op:
+		err = fmt.Errorf("%s: %w", path, p)
+	case p == nil && resume:
+		err = fmt.Errorf("%s: %w", path, image.ErrNothingToResume)
+	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
+		f.Close()
+		return nil, false, err
 	}
-	if p != nil && p.Op != op {
-		return false, fmt.Errorf("%s: %w", path, p)
-	}
-	if p == nil && resume {
-		return false, fmt.Errorf("%s: %w", path, image.ErrNothingToResume)
-	}
-	return p != nil, nil
+	return f, p != nil, nil
 }
 
 func checkHotzone(n int64) error {
@@ -167,15 +174,11 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	if err != nil {
 		return err
 	}
-	f, err := lockImage(path)
+	f, resuming, err := lockOp(path, image.OpReencrypt, o.resume)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	resuming, err := pendingOp(path, f, image.OpReencrypt, o.resume)
-	if err != nil {
-		return err
-	}
 	var hdr *os.File
 	if g.header != "" {
 		// The detached header changes too: locked like the image.
@@ -334,15 +337,11 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	if err := checkHotzone(o.hotzone); err != nil {
 		return err
 	}
-	f, err := lockImage(path)
+	f, resuming, err := lockOp(path, image.OpEncrypt, o.resume)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	resuming, err := pendingOp(path, f, image.OpEncrypt, o.resume)
-	if err != nil {
-		return err
-	}
 	if resuming {
 		info(g, "resuming the unfinished in-place encryption of %s (with the header it chose)", path)
 	} else {
@@ -401,15 +400,11 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	if err := checkHotzone(o.hotzone); err != nil {
 		return err
 	}
-	f, err := lockImage(path)
+	f, resuming, err := lockOp(path, image.OpDecrypt, o.resume)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	resuming, err := pendingOp(path, f, image.OpDecrypt, o.resume)
-	if err != nil {
-		return err
-	}
 	var hdr *os.File
 	if g.header != "" {
 		if hdr, err = lockImage(g.header); err != nil {
