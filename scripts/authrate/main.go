@@ -35,6 +35,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,18 @@ func main() {
 	only := flag.String("modes", "", "comma-separated modes (default all: essiv-4096,xts-4096,essiv-512,gcm-4096)")
 	jobKinds := flag.String("jobs", "", "comma-separated kinds to run besides the baseline: copy, verify, decrypt, encrypt (default all)")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
+	chunkList := flag.String("chunks", "", "comma-separated pipeline chunk sizes in KiB: each mode's jobs run once per size, in the same rounds (default: the pipeline's own)")
 	flag.Parse()
+	if *chunkList != "" {
+		for _, c := range strings.Split(*chunkList, ",") {
+			n, err := strconv.Atoi(c)
+			if err != nil || n <= 0 {
+				fmt.Fprintf(os.Stderr, "authrate: bad chunk size %q\n", c)
+				os.Exit(2)
+			}
+			chunks = append(chunks, int64(n)<<10)
+		}
+	}
 	cpuProfile = *profile
 	if *jobKinds != "" {
 		kinds = strings.Split(*jobKinds, ",")
@@ -76,7 +88,25 @@ func main() {
 var (
 	cpuProfile string
 	kinds      []string // the jobs to run, by the last word of their names; nil: all
+	chunks     []int64  // pipeline chunk sizes to compare; nil: the default only
 )
+
+// variant is one pipeline setting to run every job of a mode with.
+type variant struct {
+	suffix string // added to the mode's name: "" or "-cN" (N KiB)
+	pipe   image.Pipeline
+}
+
+func variants() []variant {
+	if chunks == nil {
+		return []variant{{}}
+	}
+	var vs []variant
+	for _, c := range chunks {
+		vs = append(vs, variant{fmt.Sprintf("-c%d", c>>10), image.Pipeline{ChunkSize: int(c)}})
+	}
+	return vs
+}
 
 // wanted reports whether job name is to run: the baseline always is.
 func wanted(name string) bool {
@@ -144,7 +174,7 @@ func run(sizeMiB, rounds int, dir, only string) error {
 		defer f.Clear()
 		// The image verify and decrypt read.
 		imgPath := filepath.Join(dir, m.name+".luks")
-		if err := encryptInto(ctx, imgPath, plain, f); err != nil {
+		if err := encryptInto(ctx, imgPath, plain, f, image.Pipeline{}); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		e, k, closeImg, err := openUnlocked(imgPath, pass)
@@ -152,21 +182,24 @@ func run(sizeMiB, rounds int, dir, only string) error {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		defer closeImg()
-		decPath, encPath := filepath.Join(dir, m.name+".dec"), filepath.Join(dir, m.name+".enc")
-		jobs = append(jobs,
-			job{m.name + "-verify", func() error {
-				r, err := e.Verify(ctx, k, image.Pipeline{})
-				if err == nil && r.Corrupt != nil {
-					err = r.Corrupt
-				}
-				return err
-			}},
-			job{m.name + "-decrypt", func() error {
-				return withKept(decPath, func(w *os.File) error {
-					return e.DecryptTo(ctx, w, k, image.DecryptOptions{Format: image.Raw})
-				})
-			}},
-			job{m.name + "-encrypt", func() error { return encryptInto(ctx, encPath, plain, f) }})
+		for _, v := range variants() {
+			name := m.name + v.suffix
+			decPath, encPath := filepath.Join(dir, name+".dec"), filepath.Join(dir, name+".enc")
+			jobs = append(jobs,
+				job{name + "-verify", func() error {
+					r, err := e.Verify(ctx, k, v.pipe)
+					if err == nil && r.Corrupt != nil {
+						err = r.Corrupt
+					}
+					return err
+				}},
+				job{name + "-decrypt", func() error {
+					return withKept(decPath, func(w *os.File) error {
+						return e.DecryptTo(ctx, w, k, image.DecryptOptions{Format: image.Raw, Pipeline: v.pipe})
+					})
+				}},
+				job{name + "-encrypt", func() error { return encryptInto(ctx, encPath, plain, f, v.pipe) }})
+		}
 	}
 
 	jobs = slices.DeleteFunc(jobs, func(j job) bool { return !wanted(j.name) })
@@ -203,8 +236,10 @@ func run(sizeMiB, rounds int, dir, only string) error {
 		return err
 	}
 	for _, m := range ms {
-		if err := checkOutputs(ctx, dir, m.name, pass, want, size); err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
+		for _, v := range variants() {
+			if err := checkOutputs(ctx, dir, m.name+v.suffix, pass, want, size); err != nil {
+				return fmt.Errorf("%s: %w", m.name+v.suffix, err)
+			}
 		}
 	}
 
@@ -263,9 +298,9 @@ func withKept(path string, fn func(*os.File) error) error {
 // encryptInto encrypts plain under f into the kept file at path. Each run
 // writes the same layout over the last one (image.EncryptTo's sparse
 // header area leaves zero pages unwritten, and f is the same each time).
-func encryptInto(ctx context.Context, path string, plain *image.Plain, f *image.Formatted) error {
+func encryptInto(ctx context.Context, path string, plain *image.Plain, f *image.Formatted, pipe image.Pipeline) error {
 	return withKept(path, func(w *os.File) error {
-		return image.EncryptTo(ctx, w, plain, f, image.EncryptOptions{Format: image.Raw})
+		return image.EncryptTo(ctx, w, plain, f, image.EncryptOptions{Format: image.Raw, Pipeline: pipe})
 	})
 }
 
