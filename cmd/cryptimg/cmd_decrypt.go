@@ -112,7 +112,11 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 		Pipeline: g.pipeline(prog), AllowCorrupt: o.allowCorrupt,
 	})
 	var bad *image.CorruptError
-	if o.allowCorrupt && errors.As(err, &bad) {
+	if errors.As(err, &bad) {
+		if !o.allowCorrupt {
+			prog.finish(false)
+			return fmt.Errorf("%s: %w", in, err)
+		}
 		err = nil // written, with zeros for the bad sectors
 	}
 	prog.finish(err == nil)
@@ -129,7 +133,7 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	}
 	if bad != nil {
 		s.Corrupt = corruptOf(bad)
-		g.warnZeroed(bad, out)
+		g.warnZeroed(bad, in, out)
 	}
 	return g.report(o.json, s)
 }
@@ -159,10 +163,13 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 	return e, func() { hf.Close() }, nil
 }
 
-// warnZeroed warns, unless quiet, that the sectors of bad were written as
-// zeros to out (--allow-corrupt).
-func (g *globalOptions) warnZeroed(bad *image.CorruptError, out string) {
-	if !g.quiet {
-		fmt.Fprintf(g.stderr, "cryptimg: warning: %s; those sectors are zeros in %s: %s\n", bad, out, corruptOf(bad).list())
+// warnZeroed warns, unless quiet, that the sectors of bad, which failed
+// their integrity check in in, were written as zeros to out
+// (--allow-corrupt).
+func (g *globalOptions) warnZeroed(bad *image.CorruptError, in, out string) {
+	if g.quiet {
+		return
 	}
+	fmt.Fprintf(g.stderr, "cryptimg: warning: %s the integrity check in %s, written as zeros to %s: %s\n",
+		failing(bad), in, out, corruptOf(bad).list())
 }

@@ -378,7 +378,7 @@ func (g *globalOptions) report(asJSON bool, s summary) error {
 	}
 	verb := map[string]string{"encrypt": "encrypted", "decrypt": "decrypted"}[s.Op]
 	fmt.Fprintf(g.stderr, "cryptimg: %s %s to %s (%s, %s, %d-bit key, key slot %d) in %.2fs\n",
-		verb, s.Input, s.Output, humanBytes(s.Bytes), s.Cipher, s.KeyBits, s.KeySlot, s.Seconds)
+		verb, inName(s.Input), outName(s.Output), humanBytes(s.Bytes), s.Cipher, s.KeyBits, s.KeySlot, s.Seconds)
 	return nil
 }
 

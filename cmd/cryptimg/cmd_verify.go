@@ -25,6 +25,9 @@ func corruptOf(e *image.CorruptError) *corruptJSON {
 
 // list is the sectors for a message, the first ten of them.
 func (c *corruptJSON) list() string {
+	if c.Count == 1 {
+		return "sector " + strconv.FormatUint(c.Sectors[0], 10)
+	}
 	var s []string
 	for i, n := range c.Sectors {
 		if i == 10 {
@@ -123,7 +126,28 @@ func runVerify(cmd *cobra.Command, g *globalOptions, o verifyOptions, name strin
 			name, r.Sectors, humanBytes(r.Bytes), rep.Seconds)
 	}
 	if r.Corrupt != nil {
-		return fmt.Errorf("%s: %w: %s", name, r.Corrupt, rep.Corrupt.list())
+		return &verifyFailed{image: name, corrupt: r.Corrupt}
 	}
 	return nil
 }
+
+// verifyFailed is verify's finding of bad sectors: it lists them, where
+// decrypt's error names only the first.
+type verifyFailed struct {
+	image   string
+	corrupt *image.CorruptError
+}
+
+func (v *verifyFailed) Error() string {
+	return fmt.Sprintf("%s: %s the integrity check: %s", v.image, failing(v.corrupt), corruptOf(v.corrupt).list())
+}
+
+// failing says how many sectors failed: "1 sector fails", "3 sectors fail".
+func failing(c *image.CorruptError) string {
+	if c.Count == 1 {
+		return "1 sector fails"
+	}
+	return fmt.Sprintf("%d sectors fail", c.Count)
+}
+
+func (v *verifyFailed) Unwrap() error { return v.corrupt }

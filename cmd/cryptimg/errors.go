@@ -14,6 +14,7 @@ import (
 // resolves it. Library errors name no flags.
 func hint(err error) string {
 	var busy *image.BusyError
+	var vf *verifyFailed
 	switch {
 	case errors.As(err, &busy):
 		return "finish it with: cryptimg " + opCommand[busy.Op] + " --resume " + busy.Image()
@@ -27,6 +28,8 @@ func hint(err error) string {
 		return "pass --allow-slow-kdf to unlock anyway"
 	case errors.Is(err, image.ErrJournalPending):
 		return "put them in place with: cryptimg repair IMAGE (as the kernel does when it opens the image)"
+	case errors.As(err, &vf):
+		return "decrypt --allow-corrupt writes the other sectors, these as zeros"
 	case errors.Is(err, image.ErrCorrupt):
 		return "cryptimg verify lists every failing sector; decrypt --allow-corrupt writes the others"
 	case errors.Is(err, header.ErrNotAuthenticated):

@@ -158,17 +158,25 @@ func TestIntegrityTamper(t *testing.T) {
 			if rep.OK || rep.Corrupt == nil || rep.Corrupt.Count != 2 || fmt.Sprint(rep.Corrupt.Sectors) != fmt.Sprint(want) {
 				t.Fatalf("verify report %+v, want sectors %v", rep.Corrupt, want)
 			}
+			// Without --json: one line that lists both, and points on to
+			// decrypt rather than back to verify.
+			r = cryptimg(t, "", "verify", "-d", key, img)
+			line := fmt.Sprintf("2 sectors fail the integrity check: sectors %d, %d (decrypt --allow-corrupt", want[0], want[1])
+			if r.code != 4 || !strings.Contains(r.stderr, line) || strings.Count(r.stderr, "\n") != 1 {
+				t.Fatalf("verify of a tampered image: exit %d, want 4 and %q\n%s", r.code, line, r.stderr)
+			}
 
 			out := filepath.Join(dir, c.name+".out")
 			r = cryptimg(t, "", "decrypt", "-d", key, img, out)
-			if r.code != 4 || !strings.Contains(r.stderr, fmt.Sprintf("sector %d ", tagSector)) || strings.Count(r.stderr, "\n") > 2 {
+			if r.code != 4 || !strings.Contains(r.stderr, fmt.Sprintf("%s: integrity check failed at sector %d ", img, tagSector)) || strings.Count(r.stderr, "\n") > 2 {
 				t.Fatalf("decrypt of a tampered image: exit %d\n%s", r.code, r.stderr)
 			}
 			noFile(t, out)
 
 			r = cryptimg(t, "", "decrypt", "--allow-corrupt", "--json", "-d", key, img, out)
-			if r.code != 0 || !strings.Contains(r.stderr, "warning") {
-				t.Fatalf("decrypt --allow-corrupt: exit %d\n%s", r.code, r.stderr)
+			warn := fmt.Sprintf("warning: 2 sectors fail the integrity check in %s, written as zeros to %s: sectors %d, %d\n", img, out, want[0], want[1])
+			if r.code != 0 || !strings.Contains(r.stderr, warn) {
+				t.Fatalf("decrypt --allow-corrupt: exit %d, want 0 and %q\n%s", r.code, warn, r.stderr)
 			}
 			got, _ := os.ReadFile(out)
 			exp := bytes.Clone(pb)
@@ -450,8 +458,9 @@ func TestIntegrityDecryptToStdout(t *testing.T) {
 			}
 
 			r = cryptimg(t, "", "decrypt", "--allow-corrupt", "-d", key, img, "-")
-			if r.code != 0 || !strings.Contains(r.stderr, "warning") || !strings.Contains(r.stderr, fmt.Sprint(later)) {
-				t.Fatalf("decrypt --allow-corrupt to stdout: exit %d\n%s", r.code, r.stderr)
+			warn := fmt.Sprintf("warning: 2 sectors fail the integrity check in %s, written as zeros to stdout: sectors %d, %d\ncryptimg: decrypted %s to stdout", img, first, later, img)
+			if r.code != 0 || !strings.Contains(r.stderr, warn) {
+				t.Fatalf("decrypt --allow-corrupt to stdout: exit %d, want 0 and %q\n%s", r.code, warn, r.stderr)
 			}
 			exp := bytes.Clone(pb)
 			for _, s := range []uint64{first, later} {

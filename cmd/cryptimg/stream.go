@@ -257,16 +257,15 @@ func decryptAuthToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 		return err
 	}
 	defer k.Clear()
-	var bad *image.CorruptError
-	err = streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+	return streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
 		n, err := e.DecryptAuthStream(cmd.Context(), w, k, p, o.allowCorrupt)
+		var bad *image.CorruptError
 		if o.allowCorrupt && errors.As(err, &bad) {
-			err = nil // written, with zeros for the bad sectors
+			// Written, with zeros for the bad sectors: said ahead of
+			// the summary, as decrypt to a file does.
+			g.warnZeroed(bad, in, outName(out))
+			err = nil
 		}
 		return n, err
 	})
-	if err == nil && bad != nil {
-		g.warnZeroed(bad, "the output")
-	}
-	return err
 }
