@@ -83,6 +83,7 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 		}
 	}
 	var src io.Reader
+	total := int64(-1) // the plaintext's size, when the input is a file
 	if in == stdio {
 		if o.key.keyFile == stdio || o.volumeKeyFile == stdio || o.masterKeyFile == stdio {
 			return usagef("stdin carries the image; read the keys from files")
@@ -97,7 +98,11 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 		if qcow2.IsQcow2(f) {
 			return usagef("%s is qcow2, which needs a seekable output: give OUTPUT as a file", in)
 		}
-		src = f
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		src, total = f, st.Size()
 	}
 	if err := o.newVolumeKey(g, &params); err != nil {
 		return err
@@ -118,7 +123,7 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 	if head, _ := br.Peek(8); !o.force && header.IsLUKSMagic(head) {
 		return usagef("%s is already a LUKS image: encrypting it would encrypt it twice; pass --force to do so", in)
 	}
-	return streamTo(g, "encrypt", in, out, o.force, o.json, volumeOf(fh.Header, 0), func(w io.Writer, p image.Pipeline) (int64, error) {
+	return streamTo(g, "encrypt", in, out, o.force, o.json, total, volumeOf(fh.Header, 0), func(w io.Writer, p image.Pipeline) (int64, error) {
 		return image.EncryptStream(cmd.Context(), w, br, fh, p)
 	})
 }
@@ -154,33 +159,45 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 	if err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}
-	return decryptStreamed(cmd, g, o, e, payload, in, out)
+	return decryptStreamed(cmd, g, o, e, payload, -1, in, out)
 }
 
-// decryptStreamed unlocks e and writes the plaintext of payload to out.
-func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *image.Encrypted, payload io.Reader, in, out string) error {
+// decryptStreamed unlocks e and writes the plaintext of payload, total
+// bytes (-1: not known), to out.
+func decryptStreamed(cmd *cobra.Command, g *globalOptions, o decryptOptions, e *image.Encrypted, payload io.Reader, total int64, in, out string) error {
 	k, err := unlockImage(g, e, o.key, inName(in), passPrompt(inName(in)), o.keySlot)
 	if err != nil {
 		return err
 	}
 	defer k.Clear()
-	return streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+	return streamTo(g, "decrypt", in, out, o.force, o.json, total, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
 		return e.DecryptStream(cmd.Context(), w, payload, k, p)
 	})
 }
 
 // streamTo runs op, which writes a raw image's stream to w, into out
 // (stdout or a file made through a temporary one), with progress, and
-// reports it.
-func streamTo(g *globalOptions, op, in, out string, force, asJSON bool, vol volumeJSON, run func(io.Writer, image.Pipeline) (int64, error)) error {
+// reports it. total is the size of the data if the CLI knows it (a file
+// read as a stream), else -1: progress then has a total where the stream
+// alone could not give one.
+func streamTo(g *globalOptions, op, in, out string, force, asJSON bool, total int64, vol volumeJSON, run func(io.Writer, image.Pipeline) (int64, error)) error {
 	w, commit, done, err := streamOut(g, out, force)
 	if err != nil {
 		return err
 	}
 	defer done()
 	prog := g.newProgress(op)
+	p := g.pipeline(prog)
+	if total >= 0 {
+		p.Progress = func(done, t int64) {
+			if t < 0 {
+				t = total
+			}
+			prog.update(done, t)
+		}
+	}
 	start := time.Now()
-	n, err := run(w, g.pipeline(prog))
+	n, err := run(w, p)
 	prog.finish(err == nil)
 	if err != nil {
 		return streamErr(err, in, out)
@@ -219,7 +236,11 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	return decryptStreamed(cmd, g, o, e, payload, in, out)
+	total := int64(-1)
+	if openErr == nil {
+		total = ae.PayloadSize
+	}
+	return decryptStreamed(cmd, g, o, e, payload, total, in, out)
 }
 
 // streamErr says which end of a stream failed: a closed pipe on stdout
@@ -257,7 +278,7 @@ func decryptAuthToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 		return err
 	}
 	defer k.Clear()
-	return streamTo(g, "decrypt", in, out, o.force, o.json, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+	return streamTo(g, "decrypt", in, out, o.force, o.json, -1, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
 		n, err := e.DecryptAuthStream(cmd.Context(), w, k, p, o.allowCorrupt)
 		var bad *image.CorruptError
 		if o.allowCorrupt && errors.As(err, &bad) {

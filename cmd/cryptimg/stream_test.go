@@ -132,3 +132,48 @@ func TestStreamBrokenPipe(t *testing.T) {
 		t.Fatal(`a file named "-" was created`)
 	}
 }
+
+// TestStreamProgressTotal: a file read as a stream (encrypt FILE -,
+// decrypt FILE -) has a known size, and its JSON progress gives it as
+// bytes_total; from stdin the total stays unknown (-1).
+func TestStreamProgressTotal(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "stream passphrase")
+	plain := randomFile(t, dir, "plain.raw", 3<<20)
+	pb, _ := os.ReadFile(plain)
+	enc := filepath.Join(dir, "enc.luks")
+	fastEncrypt(t, key, plain, enc)
+	eb, _ := os.ReadFile(enc)
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		total       int64
+	}{
+		{"encrypt FILE -", "", []string{"encrypt", "-d", key, fastIter, plain, "-"}, int64(len(pb))},
+		{"decrypt FILE -", "", []string{"decrypt", "-d", key, enc, "-"}, int64(len(pb))},
+		{"decrypt - -", string(eb), []string{"decrypt", "-d", key, "-", "-"}, -1},
+	} {
+		r := cryptimg(t, c.stdin, append([]string{"--progress", "json"}, c.args...)...)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", c.name, r.code, r.stderr)
+		}
+		var progress strings.Builder
+		for l := range strings.Lines(r.stderr) {
+			if strings.HasPrefix(l, "{") {
+				progress.WriteString(l)
+			}
+		}
+		lines := parseProgressLines(t, progress.String())
+		if len(lines) == 0 {
+			t.Fatalf("%s: no progress lines\n%s", c.name, r.stderr)
+		}
+		for _, l := range lines {
+			if l.BytesTotal != c.total {
+				t.Fatalf("%s: bytes_total %d, want %d", c.name, l.BytesTotal, c.total)
+			}
+		}
+		if last := lines[len(lines)-1]; last.MessageType != "summary" || last.BytesDone != int64(len(pb)) {
+			t.Fatalf("%s: last line %+v", c.name, last)
+		}
+	}
+}
