@@ -113,11 +113,11 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 	})
 	var bad *image.CorruptError
 	if errors.As(err, &bad) {
-		if !o.allowCorrupt {
-			prog.finish(false)
-			return fmt.Errorf("%s: %w", in, err)
+		if o.allowCorrupt {
+			err = nil // written, with zeros for the bad sectors
+		} else {
+			err = fmt.Errorf("%s: %w", in, err)
 		}
-		err = nil // written, with zeros for the bad sectors
 	}
 	prog.finish(err == nil)
 	if err != nil {
