@@ -142,6 +142,8 @@ func (v *verifyFailed) Error() string {
 	return fmt.Sprintf("%s: %s the integrity check: %s", v.image, failing(v.corrupt), corruptOf(v.corrupt).list())
 }
 
+func (v *verifyFailed) Unwrap() error { return v.corrupt }
+
 // failing says how many sectors failed: "1 sector fails", "3 sectors fail".
 func failing(c *image.CorruptError) string {
 	if c.Count == 1 {
@@ -149,5 +151,3 @@ func failing(c *image.CorruptError) string {
 	}
 	return fmt.Sprintf("%d sectors fail", c.Count)
 }
-
-func (v *verifyFailed) Unwrap() error { return v.corrupt }
