@@ -6,10 +6,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,6 +64,9 @@ type globalOptions struct {
 	header   string // --header: a detached LUKS header file
 
 	cleanup *cleanupList
+	// newlineKeys names the passphrase key files read that end in a
+	// newline, for the hint when no key slot matches (keyHint).
+	newlineKeys []string
 	// graceful, once set by a command (open in the foreground), makes a
 	// signal wait for the command to unwind instead of forcing an exit
 	// after a second; a second signal still forces it.
@@ -189,21 +194,63 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	}
 	root := newRootCommand(g)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	code := exitCode(err)
+	msg, h := oneLine(err.Error()), hint(err)
+	kh := keyHint(g, code)
 	if code == exitInterrupted {
-		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
-	} else {
-		msg := oneLine(err.Error())
-		if h := hint(err); h != "" {
-			msg += " (" + h + ")"
+		msg = "interrupted"
+		if h != "" {
+			fmt.Fprintf(g.stderr, "cryptimg: interrupted; %s\n", h)
+		} else {
+			fmt.Fprintln(g.stderr, "cryptimg: interrupted")
 		}
-		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", msg)
+	} else {
+		line := msg
+		if h != "" {
+			line += " (" + h + ")"
+		}
+		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", line)
+	}
+	if kh != "" {
+		fmt.Fprintf(g.stderr, "cryptimg: hint: %s\n", kh)
+	}
+	if jsonFlag(cmd) {
+		var hints []string
+		for _, s := range []string{h, kh} {
+			if s != "" {
+				hints = append(hints, s)
+			}
+		}
+		reportError(g, msg, strings.Join(hints, "; "), code)
 	}
 	return code
+}
+
+// jsonFlag reports whether cmd was given --json (as far as its flags were
+// parsed).
+func jsonFlag(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("json")
+	return f != nil && f.Value.Type() == "bool" && f.Value.String() == "true"
+}
+
+// errorJSON is what a failed command prints on stdout under --json: the
+// error line's text, its hint and the exit code.
+type errorJSON struct {
+	MessageType string `json:"message_type"` // "error"
+	Error       string `json:"error"`
+	Hint        string `json:"hint,omitempty"`
+	ExitCode    int    `json:"exit_code"`
+}
+
+func reportError(g *globalOptions, msg, h string, code int) {
+	json.NewEncoder(g.stdout).Encode(errorJSON{MessageType: "error", Error: msg, Hint: h, ExitCode: code})
 }
 
 // signalContext cancels the context on SIGINT or SIGTERM. Commands stop

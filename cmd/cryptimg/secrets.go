@@ -38,7 +38,15 @@ var errNoKey = errors.New("no key given: use --key-file FILE (- for stdin), or r
 // caller clears the returned slice.
 func readKey(g *globalOptions, k keyOptions, prompt string, confirm bool) ([]byte, error) {
 	if k.keyFile != "" {
-		return readKeyFile(g, k)
+		key, err := readKeyFile(g, k)
+		if err == nil && key[len(key)-1] == '\n' {
+			name := "the key file " + k.keyFile
+			if k.keyFile == stdio {
+				name = "the key read from stdin"
+			}
+			g.newlineKeys = append(g.newlineKeys, name)
+		}
+		return key, err
 	}
 	if k.keyfileOffset != 0 || k.keyfileSize != 0 {
 		return nil, usagef("--keyfile-offset and --keyfile-size need --key-file")
