@@ -1,5 +1,5 @@
-// Command cryptimg encrypts and decrypts disk image files behind a LUKS1
-// header with aes-cbc-essiv:sha256, without root, device-mapper or kernel
+// Command cryptimg encrypts and decrypts raw and qcow2 disk image files
+// behind a LUKS1 or LUKS2 header, without root, device-mapper or kernel
 // support. Its images open with cryptsetup, dm-crypt and qemu, and it opens
 // theirs.
 package main
@@ -64,6 +64,9 @@ type globalOptions struct {
 	header   string // --header: a detached LUKS header file
 
 	cleanup *cleanupList
+	// kdf is the time spent on key derivation so far (unlocking, making a
+	// key slot), which the summaries report apart from the data's.
+	kdf time.Duration
 	// newlineKeys names the passphrase key files read that end in a
 	// newline, for the hint when no key slot matches (keyHint).
 	newlineKeys []string
@@ -104,10 +107,14 @@ func (g *globalOptions) stdinIsTerminal() bool {
 func newRootCommand(g *globalOptions) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cryptimg",
-		Short: "Encrypt and decrypt disk images behind LUKS1 (aes-cbc-essiv:sha256, aes-xts-plain64, ...)",
-		Long: `cryptimg encrypts and decrypts disk image files behind a LUKS1 header with
-aes-cbc-essiv:sha256. It needs no root, no device-mapper and no kernel support,
-and its images open with cryptsetup, dm-crypt and qemu.
+		Short: "Encrypt and decrypt raw and qcow2 disk images behind LUKS1 or LUKS2 headers",
+		Long: `cryptimg encrypts and decrypts raw and qcow2 disk image files behind a LUKS1
+or LUKS2 header. It needs no root, no device-mapper and no kernel support, and
+its images open with cryptsetup, dm-crypt and qemu.
+
+A new header is LUKS1 with aes-cbc-essiv:sha256 (256-bit key), which qemu
+reads too, unless --type luks2 is given: LUKS2 gets aes-xts-plain64 (512-bit
+key), cryptsetup's default. --cipher and --key-size choose another.
 
 Secrets are never taken as flag values: use --key-file FILE (- for stdin) or
 type the passphrase at the terminal prompt.
@@ -168,6 +175,7 @@ type the passphrase at the terminal prompt.
 	)
 	// newCompletionCommand replaces cobra's default completion command.
 	root.CompletionOptions.DisableDefaultCmd = true
+	registerFlagCompletions(root)
 	return root
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
@@ -192,7 +193,9 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 	}
 	defer clear(key)
 	e.AllowCost = g.slowKDF
+	start := time.Now()
 	uk, err := e.Unlock(key, slot)
+	g.kdf += time.Since(start)
 	var ce *image.CostError
 	if errors.As(err, &ce) && !g.batch && g.stdinIsTerminal() {
 		// A person can decide; a script gets the error and the flag.
@@ -200,7 +203,9 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 			return nil, cerr
 		}
 		e.AllowCost = true
+		start = time.Now()
 		uk, err = e.Unlock(key, slot)
+		g.kdf += time.Since(start)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
