@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -201,5 +202,28 @@ func TestSummaryTimes(t *testing.T) {
 		if line := mustRun(t, args...).stderr; !strings.Contains(line, "s of key derivation") {
 			t.Errorf("%s: %q does not give the key derivation's time", c.op, line)
 		}
+	}
+}
+
+// TestReadmeFirstScreen: the README's first 25 lines say what cryptimg is
+// for, then give the command for the common job, then the two set-up
+// commands (the demo before the long test suite); and it does not call
+// essiv cryptsetup's LUKS1 default.
+func TestReadmeFirstScreen(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	first := strings.Join(lines[:min(25, len(lines))], "\n")
+	what := strings.Index(first, "cryptimg encrypts and decrypts")
+	job := strings.Index(first, "\ncryptimg encrypt --key-file")
+	demo := strings.Index(first, "\nscripts/demo.sh")
+	test := strings.Index(first, "\nscripts/test.sh")
+	if what < 0 || job < 0 || demo < 0 || test < 0 || !(what < job && job < demo && demo < test) {
+		t.Errorf("the first screen wants what cryptimg is for, the common job, scripts/demo.sh, scripts/test.sh, in that order:\n%s", first)
+	}
+	if strings.Contains(string(b), "(the LUKS1 default)") {
+		t.Error("README calls aes-cbc-essiv:sha256 the LUKS1 default; cryptsetup's is aes-xts-plain64")
 	}
 }
