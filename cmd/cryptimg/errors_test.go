@@ -115,6 +115,8 @@ func TestJSONErrors(t *testing.T) {
 		{[]string{"encrypt", "--json", "-d", key, plain, enc}, exitFailure, "exists", "--force"},
 		{[]string{"dump", "--json", plain}, exitBadImage, "", ""},
 		{[]string{"resize", "--json", "--size", "junk", enc}, exitFailure, "--size", ""},
+		// A bad flag before --json stops the parsing: --json still counts.
+		{[]string{"decrypt", "--bogus", "--json", "-d", key, enc, filepath.Join(dir, "out.raw")}, exitFailure, "bogus", ""},
 	} {
 		r := cryptimg(t, "", c.args...)
 		var e errorJSON

@@ -226,7 +226,7 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	if kh != "" {
 		fmt.Fprintf(g.stderr, "cryptimg: hint: %s\n", kh)
 	}
-	if jsonFlag(cmd) {
+	if jsonFlag(cmd, args) {
 		var hints []string
 		for _, s := range []string{h, kh} {
 			if s != "" {
@@ -238,14 +238,29 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	return code
 }
 
-// jsonFlag reports whether cmd was given --json (as far as its flags were
-// parsed).
-func jsonFlag(cmd *cobra.Command) bool {
+// jsonFlag reports whether cmd, which has a --json flag, was given it: as
+// parsed, or, when parsing stopped at a bad flag before it, as written in
+// args (before any "--").
+func jsonFlag(cmd *cobra.Command, args []string) bool {
 	if cmd == nil {
 		return false
 	}
 	f := cmd.Flags().Lookup("json")
-	return f != nil && f.Value.Type() == "bool" && f.Value.String() == "true"
+	if f == nil || f.Value.Type() != "bool" {
+		return false
+	}
+	if f.Changed {
+		return f.Value.String() == "true"
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
 }
 
 // errorJSON is what a failed command prints on stdout under --json: the
