@@ -478,6 +478,10 @@ type EncryptOptions struct {
 	// luksFormat --header): the output is then the ciphertext alone, from
 	// offset 0, raw only.
 	HeaderFile io.WriterAt
+	// HeaderMade, if set, is called once the new header is made (its key
+	// slot's KDF benchmarked and run), before any data is written, so a
+	// caller can tell the key derivation's time from the data's.
+	HeaderMade func()
 }
 
 // EncryptRaw encrypts the plaintext raw image src into a raw LUKS1 image
@@ -540,6 +544,9 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		return nil, err
 	}
 	defer f.Clear()
+	if o.HeaderMade != nil {
+		o.HeaderMade()
+	}
 	if err := EncryptTo(ctx, dst, src, f, o); err != nil {
 		return nil, err
 	}

@@ -73,6 +73,9 @@ type PartitionOptions struct {
 	Header     header.Params
 	Passphrase []byte
 	Pipeline   Pipeline
+	// HeaderMade, if set, is called once EncryptPartition has made the
+	// header (see EncryptOptions.HeaderMade).
+	HeaderMade func()
 }
 
 // PartitionResult describes the partition written.
@@ -337,6 +340,9 @@ func EncryptPartition(ctx context.Context, dst, src *os.File, o PartitionOptions
 		return nil, err
 	}
 	defer clear(vk)
+	if o.HeaderMade != nil {
+		o.HeaderMade()
+	}
 	c, err := h.NewSectorCipher(vk)
 	if err != nil {
 		return nil, err

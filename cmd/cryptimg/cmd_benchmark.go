@@ -7,6 +7,7 @@ import (
 	bin "encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cryptimg/cryptimg/essiv"
@@ -25,6 +26,10 @@ type benchmarkOptions struct {
 	keyBits  []int
 	sizes    []int
 }
+
+// benchmarkCiphers are what benchmark --cipher measures, in order ("all":
+// each).
+var benchmarkCiphers = []string{"essiv", "xts", "integrity"}
 
 func newBenchmarkCommand(g *globalOptions) *cobra.Command {
 	var o benchmarkOptions
@@ -60,6 +65,7 @@ No disk I/O and no key derivation are involved.
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cipher, "cipher", "all", "what to measure: essiv, xts, integrity or all")
+	cmd.RegisterFlagCompletionFunc("cipher", cobra.FixedCompletions(append(slices.Clone(benchmarkCiphers), "all"), cobra.ShellCompDirectiveNoFileComp))
 	f.BoolVar(&o.json, "json", false, "print JSON lines, one per measurement")
 	f.DurationVar(&o.duration, "time", 100*time.Millisecond, "time spent on each measurement")
 	f.IntSliceVar(&o.keyBits, "key-size", []int{128, 192, 256}, "key sizes in bits")
@@ -108,7 +114,7 @@ func runBenchmark(g *globalOptions, o benchmarkOptions) error {
 	if _, ok := runs[o.cipher]; !ok && o.cipher != "all" {
 		return usagef("unsupported --cipher %q: use essiv, xts, integrity or all", o.cipher)
 	}
-	for _, name := range []string{"essiv", "xts", "integrity"} {
+	for _, name := range benchmarkCiphers {
 		if o.cipher == name || o.cipher == "all" {
 			if err := runs[name](g, o); err != nil {
 				return err

@@ -2,9 +2,13 @@ package main
 
 import (
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // completionShells are the shells cobra writes completion scripts for, each
@@ -71,4 +75,51 @@ Start a new shell afterwards.
 	}
 	cmd.Flags().BoolVar(&noDesc, "no-descriptions", false, "complete without the commands' and flags' descriptions")
 	return cmd
+}
+
+// flagValues lists, for each flag name, the values the shell completes, each
+// from the one place that checks them: the cipher registry, the lists the
+// flag checks use. A command whose flag of that name takes other values
+// registers its own completion first (benchmark --cipher).
+var flagValues = map[string]func() []string{
+	"cipher": func() []string {
+		specs := cipher.Supported()
+		for _, m := range cipher.AuthModes() {
+			if !slices.Contains(specs, m.Spec) {
+				specs = append(specs, m.Spec)
+			}
+		}
+		slices.Sort(specs)
+		return specs
+	},
+	"type":          func() []string { return luksTypes },
+	"output-format": func() []string { return outputFormats },
+	"hash":          func() []string { return supportedHashes },
+	"pbkdf":         func() []string { return pbkdfNames },
+	"integrity":     cipher.IntegrityOptions,
+	"priority":      func() []string { return slices.Sorted(maps.Keys(priorities)) },
+	"progress": func() []string {
+		names := make([]string, len(progressModes))
+		for i, m := range progressModes {
+			names[i] = string(m)
+		}
+		return names
+	},
+}
+
+// registerFlagCompletions gives every flag of cmd and its subcommands that
+// flagValues names its values, unless the command registered its own.
+func registerFlagCompletions(cmd *cobra.Command) {
+	cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		values, ok := flagValues[f.Name]
+		if _, done := cmd.GetFlagCompletionFunc(f.Name); !ok || done {
+			return
+		}
+		cmd.RegisterFlagCompletionFunc(f.Name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return values(), cobra.ShellCompDirectiveNoFileComp
+		})
+	})
+	for _, c := range cmd.Commands() {
+		registerFlagCompletions(c)
+	}
 }

@@ -63,6 +63,21 @@ func (l *luks2Options) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&l.noJournal, "integrity-no-journal", false, "with --integrity: store the persistent no-journal flag, so the kernel opens the image without the integrity journal")
 }
 
+// luksTypes are the --type values; pbkdfNames the --pbkdf values, the
+// LUKS2 default first.
+var (
+	luksTypes  = []string{"luks1", "luks2"}
+	pbkdfNames = []string{"argon2id", "argon2i", "pbkdf2"}
+)
+
+// checkPBKDF checks a --pbkdf value; "" is the version's default.
+func checkPBKDF(name string) error {
+	if name != "" && !slices.Contains(pbkdfNames, name) {
+		return usagef("unknown --pbkdf %q: use %s", name, strings.Join(pbkdfNames, ", "))
+	}
+	return nil
+}
+
 // apply checks the flags against the version and sets them in p.
 func (l luks2Options) apply(p *header.Params) error {
 	switch l.luksType {
@@ -73,17 +88,15 @@ func (l luks2Options) apply(p *header.Params) error {
 		return nil
 	case "luks2":
 	default:
-		return usagef("unknown --type %q: use luks1 or luks2", l.luksType)
+		return usagef("unknown --type %q: use %s", l.luksType, strings.Join(luksTypes, " or "))
 	}
 	p.Version, p.PBKDF, p.PBKDFMemory, p.PBKDFParallel = 2, l.pbkdf, l.pbkdfMemory, l.pbkdfParallel
 	p.SectorSize, p.Label, p.Subsystem = l.sectorSize, l.label, l.subsystem
 	if !l.cipherSet {
 		p.Cipher = "aes-xts-plain64"
 	}
-	switch l.pbkdf {
-	case "", "argon2id", "argon2i", "pbkdf2":
-	default:
-		return usagef("unknown --pbkdf %q: use argon2id, argon2i or pbkdf2", l.pbkdf)
+	if err := checkPBKDF(l.pbkdf); err != nil {
+		return err
 	}
 	if l.sectorSize != 0 && (l.sectorSize < 512 || l.sectorSize > 4096 || l.sectorSize&(l.sectorSize-1) != 0) {
 		return usagef("--sector-size must be 512, 1024, 2048 or 4096")
@@ -158,7 +171,7 @@ func (o *encryptOptions) addHeaderFlags(f *pflag.FlagSet) {
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
 	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
 	f.IntVarP(&o.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the key slot, in milliseconds")
-	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, "use exactly this many PBKDF2 iterations (at least 1000) instead of benchmarking")
+	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, forceIterationsUsage)
 	f.StringVar(&o.uuid, "uuid", "", "UUID for the new header (default: random)")
 	f.Uint32Var(&o.alignPayload, "align-payload", 0, "align the payload to this many 512-byte sectors (default 2048, 1 MiB)")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
@@ -226,7 +239,7 @@ func (o encryptOptions) params() (header.Params, error) {
 	}
 	argon := p.Version == 2 && p.PBKDF != "pbkdf2"
 	if o.forceIterations != 0 && o.forceIterations < header.MinIterations && !argon {
-		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d", header.MinIterations)
+		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d for pbkdf2", header.MinIterations)
 	}
 	if argon && o.forceIterations != 0 && o.forceIterations < 4 {
 		return header.Params{}, usagef("--pbkdf-force-iterations must be at least 4 for argon2")
@@ -303,6 +316,7 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	prog := g.newProgress("encrypt")
 	eo.Pipeline = g.pipeline(prog)
 	start := time.Now()
+	eo.HeaderMade = g.kdfDone(&start)
 	h, err := image.Encrypt(cmd.Context(), dst.File, plain, eo)
 	prog.finish(err == nil)
 	if err != nil {
@@ -327,7 +341,8 @@ type summary struct {
 	Output      string  `json:"output"`
 	Format      string  `json:"format"`
 	Bytes       int64   `json:"bytes"`
-	Seconds     float64 `json:"seconds"`
+	Seconds     float64 `json:"seconds"`     // the data's, after the key derivation
+	KDFSeconds  float64 `json:"kdf_seconds"` // the key derivation's: unlocking, or making the key slot
 	volumeJSON
 	// Corrupt lists the sectors that failed their integrity check
 	// (decrypt --allow-corrupt).
@@ -352,13 +367,15 @@ func volumeOf(h header.Header, slot int) volumeJSON {
 		KeySlot: slot, PayloadOffset: i.PayloadOffset / image.SectorSize, Integrity: i.Integrity}
 }
 
+// outputFormats are the --output-format values.
+var outputFormats = []string{string(image.Raw), string(image.Qcow2)}
+
 // parseFormat checks an --output-format value; "" means the input's.
 func parseFormat(s string) (image.Format, error) {
-	switch f := image.Format(s); f {
-	case "", image.Raw, image.Qcow2:
-		return f, nil
+	if s == "" || slices.Contains(outputFormats, s) {
+		return image.Format(s), nil
 	}
-	return "", usagef("unknown --output-format %q: use raw or qcow2", s)
+	return "", usagef("unknown --output-format %q: use %s", s, strings.Join(outputFormats, " or "))
 }
 
 func formatOr(f, def image.Format) image.Format {
@@ -368,8 +385,20 @@ func formatOr(f, def image.Format) image.Format {
 	return f
 }
 
+// kdfDone returns a HeaderMade hook for an operation that started at
+// *start: the time up to the call goes to g.kdf, and *start moves to the
+// call, where the data's time starts.
+func (g *globalOptions) kdfDone(start *time.Time) func() {
+	return func() {
+		now := time.Now()
+		g.kdf += now.Sub(*start)
+		*start = now
+	}
+}
+
 func (g *globalOptions) report(asJSON bool, s summary) error {
 	s.MessageType = "summary"
+	s.KDFSeconds = g.kdf.Seconds()
 	if asJSON {
 		return json.NewEncoder(g.stdout).Encode(s)
 	}
@@ -377,8 +406,8 @@ func (g *globalOptions) report(asJSON bool, s summary) error {
 		return nil
 	}
 	verb := map[string]string{"encrypt": "encrypted", "decrypt": "decrypted"}[s.Op]
-	fmt.Fprintf(g.stderr, "cryptimg: %s %s to %s (%s, %s, %d-bit key, key slot %d) in %.2fs\n",
-		verb, inName(s.Input), outName(s.Output), humanBytes(s.Bytes), s.Cipher, s.KeyBits, s.KeySlot, s.Seconds)
+	fmt.Fprintf(g.stderr, "cryptimg: %s %s to %s (%s, %s, %d-bit key, key slot %d) in %.2fs, plus %.2fs of key derivation\n",
+		verb, inName(s.Input), outName(s.Output), humanBytes(s.Bytes), s.Cipher, s.KeyBits, s.KeySlot, s.Seconds, s.KDFSeconds)
 	return nil
 }
 

@@ -173,9 +173,18 @@ func newKeyArg(k *keyOptions, args []string) error {
 
 func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
 	f.StringVar(&k.keyFile, "new-key-file", "", "read the new key from FILE as raw bytes (- for stdin)")
+	// cryptsetup's spelling (luksAddKey --new-keyfile, cryptsetup 2.6),
+	// beside its --new-keyfile-offset and --new-keyfile-size.
+	f.StringVar(&k.keyFile, "new-keyfile", "", "alias of --new-key-file")
+	f.MarkHidden("new-keyfile")
 	f.Int64Var(&k.keyfileOffset, "new-keyfile-offset", 0, "skip this many bytes at the start of the new key file")
 	f.Int64Var(&k.keyfileSize, "new-keyfile-size", 0, "read at most this many bytes of the new key file (0 = all)")
 }
+
+// forceIterationsUsage is the help of --pbkdf-force-iterations, whose
+// minimum depends on the KDF, as cryptsetup's (lib/utils_pbkdf.c
+// verify_pbkdf_params with the limits of crypt_pbkdf_get_limits).
+const forceIterationsUsage = "use exactly this cost instead of benchmarking: for pbkdf2 (LUKS1, or --pbkdf pbkdf2) the iterations, at least 1000; for argon2 (LUKS2's default) the passes over --pbkdf-memory, at least 4"
 
 // pbkdfOptions are the cost flags of a new key slot.
 type pbkdfOptions struct {
@@ -188,7 +197,7 @@ type pbkdfOptions struct {
 
 func (p *pbkdfOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVarP(&p.iterTime, "iter-time", "i", 2000, "KDF time for the new key slot, in milliseconds")
-	f.Uint32Var(&p.forceIterations, "pbkdf-force-iterations", 0, "use exactly this cost instead of benchmarking: PBKDF2 iterations (at least 1000) or argon2 passes (at least 4)")
+	f.Uint32Var(&p.forceIterations, "pbkdf-force-iterations", 0, forceIterationsUsage)
 	f.StringVar(&p.pbkdf, "pbkdf", "", "LUKS2 key slot KDF: argon2id (default), argon2i or pbkdf2 (LUKS1: pbkdf2 only)")
 	f.Uint32Var(&p.memory, "pbkdf-memory", 0, "argon2 memory in KiB (default 1 GiB, at most half of the RAM)")
 	f.Uint32Var(&p.parallel, "pbkdf-parallel", 0, "argon2 threads (default up to 4, at most the CPUs)")
@@ -200,10 +209,8 @@ func (p pbkdfOptions) slotOptions(slot int) (image.SlotOptions, error) {
 	if p.iterTime <= 0 {
 		return image.SlotOptions{}, usagef("--iter-time must be positive")
 	}
-	switch p.pbkdf {
-	case "", "pbkdf2", "argon2i", "argon2id":
-	default:
-		return image.SlotOptions{}, usagef("unknown --pbkdf %q: use argon2id, argon2i or pbkdf2", p.pbkdf)
+	if err := checkPBKDF(p.pbkdf); err != nil {
+		return image.SlotOptions{}, err
 	}
 	return image.SlotOptions{Slot: slot, IterTime: time.Duration(p.iterTime) * time.Millisecond, ForceIterations: p.forceIterations,
 		PBKDF: p.pbkdf, PBKDFMemory: p.memory, PBKDFParallel: p.parallel}, nil

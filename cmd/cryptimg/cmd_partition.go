@@ -154,6 +154,7 @@ func runEncryptPartition(cmd *cobra.Command, g *globalOptions, o encryptOptions,
 	prog := g.newProgress("encrypt")
 	po.Pipeline = g.pipeline(prog)
 	start := time.Now()
+	po.HeaderMade = g.kdfDone(&start)
 	res, err := image.EncryptPartition(cmd.Context(), dst.File, src, po)
 	prog.finish(err == nil)
 	if err != nil {

@@ -276,10 +276,20 @@ func interrupted(path, command string, err error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if _, serr := os.Stat(path + image.JournalSuffix); serr == nil {
-		return fmt.Errorf("%s: %w (the operation can be continued: cryptimg %s --resume %s)", path, err, command, path)
+		return &resumableError{err: fmt.Errorf("%s: %w", path, err), command: command, path: path}
 	}
 	return fmt.Errorf("%s: %w", path, err)
 }
+
+// resumableError is the error of an in-place operation that left its
+// journal: running command again on path continues it (hint).
+type resumableError struct {
+	err           error
+	command, path string
+}
+
+func (e *resumableError) Error() string { return e.err.Error() }
+func (e *resumableError) Unwrap() error { return e.err }
 
 // inPlaceSummary is the result of reencrypt and in-place encrypt/decrypt.
 type inPlaceSummary struct {

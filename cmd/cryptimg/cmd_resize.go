@@ -34,12 +34,13 @@ type resizeSummary struct {
 func newResizeCommand(g *globalOptions) *cobra.Command {
 	var o resizeOptions
 	cmd := &cobra.Command{
-		Use:   "resize [flags] --size N IMAGE",
+		Use:   "resize [flags] --size [+|-]N IMAGE",
 		Short: "Grow or shrink a raw LUKS or qcow2+LUKS image in place",
 		Long: `Set the virtual (plaintext) size of IMAGE to N bytes, as create's --size
 gives it: the size of the decrypted disk, not of the file. N takes the
 suffixes K, M, G and T (powers of 1024) and must be a whole number of the
-image's sectors (512 bytes; LUKS2 may use up to 4096). The same size
+image's sectors (512 bytes; LUKS2 may use up to 4096). +N and -N grow or
+shrink the image by N, as qemu-img resize takes them. The same size
 changes nothing.
 
 Growing a raw LUKS1 or LUKS2 image extends the file as a sparse hole, like
@@ -67,6 +68,7 @@ is the data file: it is resized, and a fixed segment's new size is
 written to FILE.
 ` + exitStatusHelp,
 		Example: `  cryptimg resize --size 20G disk.luks
+  cryptimg resize --size +10G disk.luks
   cryptimg resize -d key.bin --size 40G vm.qcow2
   cryptimg resize --force --size 1G --json disk.luks
   cryptimg resize --header disk.hdr --size 20G disk.data`,
@@ -79,7 +81,7 @@ written to FILE.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.size, "size", "", "new virtual (plaintext) size in bytes, or with a suffix K, M, G or T (powers of 1024)")
+	f.StringVar(&o.size, "size", "", "new virtual (plaintext) size in bytes, or with a suffix K, M, G or T (powers of 1024); +N or -N to grow or shrink by N")
 	f.BoolVar(&o.force, "force", false, "allow shrinking: the data past the new size is lost")
 	f.BoolVar(&o.allowDataLoss, "allow-data-loss", false, "with --force, shrink a qcow2 image even when clusters past the new size hold data")
 	o.key.addFlags(f)
@@ -87,13 +89,27 @@ written to FILE.
 	return cmd
 }
 
+// parseResize parses resize's --size: N, or +N or -N (qemu-img resize's
+// relative form), each with create's suffixes; sign is 0 for N.
+func parseResize(s string) (n int64, sign int64, err error) {
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		sign = 1
+		if s[0] == '-' {
+			sign = -1
+		}
+		s = s[1:]
+	}
+	n, err = parseSize(s)
+	return n, sign, err
+}
+
 func runResize(g *globalOptions, o resizeOptions, path string) error {
-	size, err := parseSize(o.size)
+	size, sign, err := parseResize(o.size)
 	if err != nil {
 		return usagef("--size: %v", err)
 	}
 	switch {
-	case size <= 0:
+	case size <= 0 && sign == 0:
 		return usagef("--size must be positive, not %d", size)
 	case size%image.SectorSize != 0:
 		return usagef("--size must be a multiple of 512 bytes, not %d", size)
@@ -115,6 +131,12 @@ func runResize(g *globalOptions, o resizeOptions, path string) error {
 	e, err := openWithHeader(f, hf)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if sign != 0 {
+		size = e.PayloadSize + sign*size
+		if size <= 0 {
+			return usagef("--size %s: the image holds %d bytes, so the new size would not be positive", o.size, e.PayloadSize)
+		}
 	}
 	if ss := int64(e.Header.Info().SectorSize); size%ss != 0 {
 		return usagef("--size %d is not a multiple of the image's %d-byte sector size", size, ss)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
@@ -15,7 +16,10 @@ import (
 func hint(err error) string {
 	var busy *image.BusyError
 	var vf *verifyFailed
+	var re *resumableError
 	switch {
+	case errors.As(err, &re):
+		return "run the same command again to continue, or: cryptimg " + re.command + " --resume " + re.path
 	case errors.As(err, &busy):
 		return "finish it with: cryptimg " + opCommand[busy.Op] + " --resume " + busy.Image()
 	case errors.Is(err, image.ErrExists):
@@ -36,6 +40,22 @@ func hint(err error) string {
 		return "verify is for images made with --integrity"
 	}
 	return ""
+}
+
+// keyHint is the hint for an exit code of a run whose passphrase key files
+// ended in a newline: when no key slot matched, the newline (kept, as
+// cryptsetup keeps it) is the likely reason, as "echo pass | cryptimg ...
+// -d -" sends one.
+func keyHint(g *globalOptions, code int) string {
+	if code != exitNoKey || len(g.newlineKeys) == 0 {
+		return ""
+	}
+	verb := " ends"
+	if len(g.newlineKeys) > 1 {
+		verb = " each end"
+	}
+	return strings.Join(g.newlineKeys, " and ") + verb + " in a newline, which is part of the key (as cryptsetup reads it); " +
+		"if the passphrase was set without one, write it with printf '%s' instead of echo, or pass --keyfile-size with one byte less"
 }
 
 // exitCode maps an error to cryptimg's exit status, in one place.

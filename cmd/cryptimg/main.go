@@ -1,15 +1,17 @@
-// Command cryptimg encrypts and decrypts disk image files behind a LUKS1
-// header with aes-cbc-essiv:sha256, without root, device-mapper or kernel
+// Command cryptimg encrypts and decrypts raw and qcow2 disk image files
+// behind a LUKS1 or LUKS2 header, without root, device-mapper or kernel
 // support. Its images open with cryptsetup, dm-crypt and qemu, and it opens
 // theirs.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,6 +64,12 @@ type globalOptions struct {
 	header   string // --header: a detached LUKS header file
 
 	cleanup *cleanupList
+	// kdf is the time spent on key derivation so far (unlocking, making a
+	// key slot), which the summaries report apart from the data's.
+	kdf time.Duration
+	// newlineKeys names the passphrase key files read that end in a
+	// newline, for the hint when no key slot matches (keyHint).
+	newlineKeys []string
 	// graceful, once set by a command (open in the foreground), makes a
 	// signal wait for the command to unwind instead of forcing an exit
 	// after a second; a second signal still forces it.
@@ -99,10 +107,14 @@ func (g *globalOptions) stdinIsTerminal() bool {
 func newRootCommand(g *globalOptions) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cryptimg",
-		Short: "Encrypt and decrypt disk images behind LUKS1 (aes-cbc-essiv:sha256, aes-xts-plain64, ...)",
-		Long: `cryptimg encrypts and decrypts disk image files behind a LUKS1 header with
-aes-cbc-essiv:sha256. It needs no root, no device-mapper and no kernel support,
-and its images open with cryptsetup, dm-crypt and qemu.
+		Short: "Encrypt and decrypt raw and qcow2 disk images behind LUKS1 or LUKS2 headers",
+		Long: `cryptimg encrypts and decrypts raw and qcow2 disk image files behind a LUKS1
+or LUKS2 header. It needs no root, no device-mapper and no kernel support, and
+its images open with cryptsetup, dm-crypt and qemu.
+
+A new header is LUKS1 with aes-cbc-essiv:sha256 (256-bit key), which qemu
+reads too, unless --type luks2 is given: LUKS2 gets aes-xts-plain64 (512-bit
+key), cryptsetup's default. --cipher and --key-size choose another.
 
 Secrets are never taken as flag values: use --key-file FILE (- for stdin) or
 type the passphrase at the terminal prompt.
@@ -163,6 +175,7 @@ type the passphrase at the terminal prompt.
 	)
 	// newCompletionCommand replaces cobra's default completion command.
 	root.CompletionOptions.DisableDefaultCmd = true
+	registerFlagCompletions(root)
 	return root
 }
 
@@ -189,21 +202,78 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	}
 	root := newRootCommand(g)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	code := exitCode(err)
+	msg, h := oneLine(err.Error()), hint(err)
+	kh := keyHint(g, code)
 	if code == exitInterrupted {
-		fmt.Fprintln(g.stderr, "cryptimg: interrupted")
-	} else {
-		msg := oneLine(err.Error())
-		if h := hint(err); h != "" {
-			msg += " (" + h + ")"
+		msg = "interrupted"
+		if h != "" {
+			fmt.Fprintf(g.stderr, "cryptimg: interrupted; %s\n", h)
+		} else {
+			fmt.Fprintln(g.stderr, "cryptimg: interrupted")
 		}
-		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", msg)
+	} else {
+		line := msg
+		if h != "" {
+			line += " (" + h + ")"
+		}
+		fmt.Fprintf(g.stderr, "cryptimg: error: %s\n", line)
+	}
+	if kh != "" {
+		fmt.Fprintf(g.stderr, "cryptimg: hint: %s\n", kh)
+	}
+	if jsonFlag(cmd, args) {
+		var hints []string
+		for _, s := range []string{h, kh} {
+			if s != "" {
+				hints = append(hints, s)
+			}
+		}
+		reportError(g, msg, strings.Join(hints, "; "), code)
 	}
 	return code
+}
+
+// jsonFlag reports whether cmd, which has a --json flag, was given it: as
+// parsed, or, when parsing stopped at a bad flag before it, as written in
+// args (before any "--").
+func jsonFlag(cmd *cobra.Command, args []string) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("json")
+	if f == nil || f.Value.Type() != "bool" {
+		return false
+	}
+	if f.Changed {
+		return f.Value.String() == "true"
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// errorJSON is what a failed command prints on stdout under --json: the
+// error line's text, its hint and the exit code.
+type errorJSON struct {
+	MessageType string `json:"message_type"` // "error"
+	Error       string `json:"error"`
+	Hint        string `json:"hint,omitempty"`
+	ExitCode    int    `json:"exit_code"`
+}
+
+func reportError(g *globalOptions, msg, h string, code int) {
+	json.NewEncoder(g.stdout).Encode(errorJSON{MessageType: "error", Error: msg, Hint: h, ExitCode: code})
 }
 
 // signalContext cancels the context on SIGINT or SIGTERM. Commands stop

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
@@ -38,7 +39,15 @@ var errNoKey = errors.New("no key given: use --key-file FILE (- for stdin), or r
 // caller clears the returned slice.
 func readKey(g *globalOptions, k keyOptions, prompt string, confirm bool) ([]byte, error) {
 	if k.keyFile != "" {
-		return readKeyFile(g, k)
+		key, err := readKeyFile(g, k)
+		if err == nil && key[len(key)-1] == '\n' {
+			name := "the key file " + k.keyFile
+			if k.keyFile == stdio {
+				name = "the key read from stdin"
+			}
+			g.newlineKeys = append(g.newlineKeys, name)
+		}
+		return key, err
 	}
 	if k.keyfileOffset != 0 || k.keyfileSize != 0 {
 		return nil, usagef("--keyfile-offset and --keyfile-size need --key-file")
@@ -184,7 +193,9 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 	}
 	defer clear(key)
 	e.AllowCost = g.slowKDF
+	start := time.Now()
 	uk, err := e.Unlock(key, slot)
+	g.kdf += time.Since(start)
 	var ce *image.CostError
 	if errors.As(err, &ce) && !g.batch && g.stdinIsTerminal() {
 		// A person can decide; a script gets the error and the flag.
@@ -192,7 +203,9 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 			return nil, cerr
 		}
 		e.AllowCost = true
+		start = time.Now()
 		uk, err = e.Unlock(key, slot)
+		g.kdf += time.Since(start)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

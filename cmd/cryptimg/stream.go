@@ -114,7 +114,9 @@ func runEncryptStream(cmd *cobra.Command, g *globalOptions, o encryptOptions, in
 	}
 	defer clear(key)
 	// The key derivation, before any data is read.
+	start := time.Now()
 	fh, err := image.FormatHeader(key, params)
+	g.kdf += time.Since(start)
 	if err != nil {
 		return err
 	}
