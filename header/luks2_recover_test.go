@@ -38,7 +38,8 @@ func luks2WithMetadata(t *testing.T, h *LUKS2, area []byte, hdr int64) []byte {
 // TestLUKS2LostPrimary: for each metadata size cryptsetup allows (16 KiB to
 // 4 MiB), a LUKS2 header whose first 4 KiB are zeroed is found by its
 // secondary copy, as cryptsetup finds it: Read warns and says which copy
-// (Recovered), the passphrase unlocks, Marked reads it too, and Repair, or
+// (Recovered), the passphrase unlocks, Marked reads it too, a backup holds
+// both copies made anew, and Repair, or
 // any other change, writes a primary that reads without a warning. With the
 // secondary damaged as well the area is not LUKS (ErrNotLUKS).
 func TestLUKS2LostPrimary(t *testing.T) {
@@ -76,6 +77,12 @@ func TestLUKS2LostPrimary(t *testing.T) {
 			}
 			if m, err := Marked(metaReader(img), 0, luks2DataOffset); m || err != nil {
 				t.Errorf("Marked: %v, %v", m, err)
+			}
+			backup := make([]byte, h.BackupSize())
+			copy(backup, img)
+			h.Backup(backup)
+			if b, err := read(backup); err != nil || b.Warning != "" || b.SeqID() != h.SeqID() || !bytes.Equal(backup[2*hdr:len(img)], img[2*hdr:]) {
+				t.Errorf("backup: %v, warning %q", err, b.Warning)
 			}
 
 			for name, change := range map[string]func() (*Update, error){
