@@ -41,7 +41,8 @@ func luks2WithMetadata(t *testing.T, h *LUKS2, area []byte, hdr int64) []byte {
 // (Recovered), the passphrase unlocks, Marked reads it too, a backup holds
 // both copies made anew, and Repair, or
 // any other change, writes a primary that reads without a warning. With the
-// secondary damaged as well the area is not LUKS (ErrNotLUKS).
+// secondary damaged as well the area is not LUKS (ErrNotLUKS). Streamed,
+// the header area is found through the secondary as well.
 func TestLUKS2LostPrimary(t *testing.T) {
 	hh, vk, area, err := Format([]byte("pw"), Params{Version: 2, Cipher: "aes-xts-plain64", PBKDF: "pbkdf2",
 		ForceIterations: MinIterations, Rand: testRand("lost")})
@@ -85,6 +86,16 @@ func TestLUKS2LostPrimary(t *testing.T) {
 				t.Errorf("backup: %v, warning %q", err, b.Warning)
 			}
 
+			// Streamed: the header area is read up to the payload and
+			// the lost primary found in it as in a file.
+			stream := make([]byte, luks2DataOffset+4096)
+			copy(stream, img)
+			if n := streamedLength(t, stream); n != luks2DataOffset {
+				t.Errorf("stream: header area of %d bytes", n)
+			} else if s, err := Read(bytes.NewReader(stream[:n]), 0, n); err != nil || s.(*LUKS2).Recovered() != hdr {
+				t.Errorf("stream: %v", err)
+			}
+
 			for name, change := range map[string]func() (*Update, error){
 				"repair": h.Repair,
 				"add-key": func() (*Update, error) {
@@ -122,6 +133,26 @@ func TestLUKS2LostPrimary(t *testing.T) {
 	}
 }
 
+// streamedLength asks StreamLength for the header area at the start of
+// stream as image.OpenStream does, failing the test on an error.
+func streamedLength(t *testing.T, stream []byte) int64 {
+	t.Helper()
+	n := 0
+	for {
+		length, need, err := StreamLength(stream[:n])
+		if err != nil {
+			t.Fatalf("StreamLength after %d bytes: %v", n, err)
+		}
+		if need == 0 {
+			return length
+		}
+		if need <= n || need > len(stream) {
+			t.Fatalf("StreamLength after %d bytes needs %d", n, need)
+		}
+		n = need
+	}
+}
+
 // TestLUKS2ProbeOnlySecondary: the probe for a lost primary takes only a
 // LUKS2 secondary copy that says it is where it was found and whose
 // checksum holds, so a LUKS1 header, a random file, a secondary moved to
@@ -132,6 +163,23 @@ func TestLUKS2ProbeOnlySecondary(t *testing.T) {
 	testRand("random").Read(random)
 	if _, err := Read(bytes.NewReader(random), 0, int64(len(random))); !errors.Is(err, ErrNotLUKS) {
 		t.Errorf("random file: %v", err)
+	}
+	// A stream that is not LUKS: refused once no secondary can follow.
+	random = make([]byte, 4<<20+4096)
+	testRand("random").Read(random)
+	n := 0
+	for {
+		_, need, err := StreamLength(random[:n])
+		if err != nil {
+			if !errors.Is(err, ErrNotLUKS) || n != len(random) {
+				t.Errorf("random stream: %v after %d bytes", err, n)
+			}
+			break
+		}
+		if need <= n || need > len(random) {
+			t.Fatalf("random stream: after %d bytes needs %d", n, need)
+		}
+		n = need
 	}
 	l1, _, l1area := testFormat(t, "pw", Params{KeyBytes: 32}, "probe")
 	if h, err := Read(metaReader(l1area), 0, l1.AreaSize()); err != nil || h.Info().Version != 1 {

@@ -102,7 +102,8 @@ func checkRecovered(t *testing.T, img, hdr, key, off string, plain []byte) {
 
 // TestLUKS2LostPrimary: a LUKS2 image (and a detached LUKS2 header) whose
 // first 4 KiB are zeroed is read from its secondary copy by dump, test-key,
-// decrypt and header-backup, each warning once; repair writes the primary
+// decrypt (from a file, and streamed) and header-backup, each warning
+// once; repair writes the primary
 // back, and so does a key change (add-key). With the secondary damaged too,
 // the image is not LUKS (exit 4), and a LUKS1 image with a zeroed phdr
 // stays not LUKS.
@@ -118,6 +119,12 @@ func TestLUKS2LostPrimary(t *testing.T) {
 		img := filepath.Join(dir, "a.luks")
 		mustRun(t, append(enc, src, img)...)
 		zeroHead(t, img, 4096)
+		// Streamed: decrypt - - reads the header area through the
+		// secondary as well.
+		r := cryptimg(t, string(mustRead(t, img)), "decrypt", "-d", key, "-", "-")
+		if r.code != 0 || r.stdout != string(plain) || !strings.HasPrefix(r.stderr, lostPrimaryWarning("stdin", "16 KiB")) {
+			t.Errorf("decrypt - -: exit %d, %d bytes, %q", r.code, len(r.stdout), r.stderr)
+		}
 		checkRecovered(t, img, "", key, "16 KiB", plain)
 	})
 	t.Run("detached", func(t *testing.T) {
