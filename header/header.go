@@ -244,11 +244,11 @@ func read(r io.ReaderAt, base, size int64, marked bool) (Header, error) {
 	}
 	var h Header
 	var end int64
-	if len(buf) >= 8 && IsLUKSMagic(buf) && binary.BigEndian.Uint16(buf[offVersion:]) == 2 {
-		l2, err := readLUKS2(r, base, size)
-		if err != nil {
-			return nil, err
-		}
+	l2, err := probeLUKS2(r, base, size, buf)
+	if err != nil {
+		return nil, err
+	}
+	if l2 != nil {
 		if l2.busy && !marked {
 			return nil, ErrMarked
 		}
@@ -272,6 +272,35 @@ func read(r io.ReaderAt, base, size int64, marked bool) (Header, error) {
 		return nil, fmt.Errorf("reading LUKS key material: %w", err)
 	}
 	return h, nil
+}
+
+// probeLUKS2 reads the LUKS2 header at base whose first bytes are buf: one
+// with the LUKS magic and version 2, or, as cryptsetup does for a device
+// that starts with neither LUKS magic (lib/setup.c, a header version of 0
+// goes to LUKS2_hdr_read), a LUKS2 header whose primary copy is lost, found
+// by its secondary copy. It returns nil and no error when buf is another
+// version's header or no LUKS2 secondary copy is found: what the LUKS1
+// parser then says of buf stands (ErrNotLUKS for a random file).
+func probeLUKS2(r io.ReaderAt, base, size int64, buf []byte) (*LUKS2, error) {
+	if len(buf) >= 8 && IsLUKSMagic(buf) {
+		if binary.BigEndian.Uint16(buf[offVersion:]) != 2 {
+			return nil, nil
+		}
+		return readLUKS2(r, base, size)
+	}
+	if IsMarked(buf) {
+		return nil, nil
+	}
+	l2, err := readLUKS2(r, base, size)
+	if err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) {
+			// Neither copy reads: not LUKS, as before the probe.
+			return nil, nil
+		}
+		return nil, err
+	}
+	return l2, nil
 }
 
 // putCString writes s NUL-padded into field; it panics if s does not fit with

@@ -163,31 +163,39 @@ func readAt(r io.ReaderAt, b []byte, off int64) error {
 	return fmt.Errorf("reading LUKS2 header: %w", err)
 }
 
-// readLUKS2 reads both copies as cryptsetup does: the primary at 0, the
-// secondary at the primary's metadata size (or, if the primary is unusable,
-// at each allowed size), and takes the valid one with the higher seqid.
-// A bad copy is not repaired (a read never writes): Warning says so.
+// readLUKS2 reads both copies as cryptsetup does (LUKS2_disk_hdr_read):
+// the primary at 0; the secondary at the primary's metadata size when the
+// primary's binary header and checksum are good, else at each allowed size
+// from 16 KiB up, stopping at the first copy whose binary header and
+// checksum are good (the lost primary no longer says where its secondary
+// is). The valid copy with the higher seqid wins. A bad or stale copy is
+// not repaired (a read never writes): Warning says so, and Recovered says
+// where the secondary in use is.
 func readLUKS2(r io.ReaderAt, base, size int64) (*LUKS2, error) {
 	var copies []*LUKS2
 	var errs []error
-	try := func(off int64, primary bool) {
+	// try reads the copy at off; its binary header and checksum were good
+	// when it returns that copy, whatever its JSON.
+	try := func(off int64, primary bool) *luks2Bin {
 		b, err := readLUKS2Copy(r, base, off, size, primary)
-		if err == nil {
-			var h *LUKS2
-			if h, err = parseLUKS2(b, size); err == nil {
-				copies = append(copies, h)
-				return
-			}
+		if err != nil {
+			errs = append(errs, err)
+			return nil
 		}
-		errs = append(errs, err)
+		h, err := parseLUKS2(b, size)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			copies = append(copies, h)
+		}
+		return b
 	}
-	try(0, true)
-	if len(copies) == 1 {
-		try(copies[0].bin.HdrSize, false)
+	if b := try(0, true); b != nil {
+		try(b.HdrSize, false)
 	} else {
 		for _, s := range luks2HdrSizes {
-			if len(copies) == 0 {
-				try(s, false)
+			if try(s, false) != nil {
+				break
 			}
 		}
 	}
@@ -200,15 +208,42 @@ func readLUKS2(r io.ReaderAt, base, size int64) (*LUKS2, error) {
 		}
 		h := copies[0]
 		if copies[0].bin.SeqID != copies[1].bin.SeqID {
-			h.Warning = fmt.Sprintf("the LUKS2 header copies differ (seqid %d and %d); using the newer", copies[0].bin.SeqID, copies[1].bin.SeqID)
+			h.Warning = fmt.Sprintf("LUKS2 header copies differ (seqid %d and %d), using the newer %s", copies[0].bin.SeqID, copies[1].bin.SeqID, h.copyName())
 		}
 		return h, nil
 	}
 	h := copies[0]
-	which, why := "secondary", errs[len(errs)-1]
 	if h.bin.HdrOffset != 0 {
-		which, why = "primary", errs[0]
+		h.Warning = "primary LUKS2 header damaged, using the " + h.copyName()
+	} else {
+		h.Warning = fmt.Sprintf("secondary LUKS2 header at %s damaged, using the primary", sizeName(h.bin.HdrSize))
 	}
-	h.Warning = fmt.Sprintf("the %s LUKS2 header copy is damaged (%v); using the other one, and not repairing it", which, why)
 	return h, nil
 }
+
+// copyName names the copy h was read from: "primary", or "secondary copy
+// at 16 KiB".
+func (h *LUKS2) copyName() string {
+	if h.bin.HdrOffset == 0 {
+		return "primary"
+	}
+	return "secondary copy at " + sizeName(h.bin.HdrOffset)
+}
+
+// sizeName writes one of the metadata sizes, powers of two from 16 KiB to
+// 4 MiB, as cryptsetup's --luks2-metadata-size takes them.
+func sizeName(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	if n%1024 == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// Recovered is the offset of the secondary copy h was read from because
+// the primary is damaged, missing or older; 0 when the primary is in use.
+// Any change to h (Repair, or any other Update) writes both copies from
+// it, the primary first.
+func (h *LUKS2) Recovered() int64 { return h.bin.HdrOffset }

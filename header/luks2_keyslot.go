@@ -217,8 +217,20 @@ func (h *LUKS2) NewSectorCipher(volumeKey []byte) (cipher.Sector, error) {
 // metadata copies and the keyslots area.
 func (h *LUKS2) BackupSize() int64 { return h.Info().AreaSize }
 
-// Backup leaves the area as it is: a LUKS2 backup is a byte copy.
-func (h *LUKS2) Backup([]byte) {}
+// Backup leaves the area as it is, a byte copy, when both metadata copies
+// are good. When one is damaged, lost or older (Warning), both copies in
+// the backup are made anew from the one in use, with the same seqid: the
+// backup of a header that cryptsetup would have repaired on reading it
+// (lib/luks2/luks2_disk_metadata.c LUKS2_disk_hdr_read) is the repaired
+// header, which restores without a warning.
+func (h *LUKS2) Backup(area []byte) {
+	if h.Warning == "" || int64(len(area)) < 2*h.bin.HdrSize {
+		return
+	}
+	if meta, err := h.marshalCopies(nil); err == nil {
+		copy(area, meta)
+	}
+}
 
 // SlotKDF is the KDF of a new keyslot: argon2id unless o says otherwise,
 // benchmarked or forced as cryptsetup does.

@@ -77,9 +77,10 @@ func Marked(r io.ReaderAt, base, size int64) (bool, error) {
 	if IsMarked(b[:]) {
 		return true, nil
 	}
-	if !IsLUKSMagic(b[:]) || binary.BigEndian.Uint16(b[offVersion:]) != 2 {
+	if IsLUKSMagic(b[:]) && binary.BigEndian.Uint16(b[offVersion:]) != 2 {
 		return false, nil
 	}
+	// A LUKS2 header, or one whose primary copy is lost (Read's probe).
 	h, err := readLUKS2(r, base, size)
 	if err != nil {
 		var pe *ParseError

@@ -76,7 +76,9 @@ func OpenStream(r io.Reader) (*Encrypted, io.Reader, error) {
 		buf = append(buf, make([]byte, need-old)...)
 		if n, err := io.ReadFull(r, buf[old:]); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				if old+n < header.PhdrSize {
+				if old+n < header.PhdrSize || !header.IsLUKSMagic(buf) {
+					// No LUKS magic, and the stream ends before a LUKS2
+					// secondary header copy was found.
 					return nil, nil, fmt.Errorf("%w: the stream ends after %d bytes", header.ErrNotLUKS, old+n)
 				}
 				return nil, nil, fmt.Errorf("%w: the stream ends inside the LUKS header area (%d of %d bytes)", ErrTruncated, old+n, need)

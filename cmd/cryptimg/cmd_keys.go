@@ -65,8 +65,28 @@ func openImage(g *globalOptions, path string) (*os.File, *image.Encrypted, error
 // openEncrypted opens path with open and reads its LUKS header; errors name
 // the image, and the file is closed on failure. With --header the header
 // file is opened instead, as cryptsetup's key and header commands change
-// only the header file; path must exist.
+// only the header file; path must exist. A header read around a damaged
+// or stale LUKS2 copy is warned about.
 func openEncrypted(g *globalOptions, path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
+	f, e, err := readEncrypted(g, path, open)
+	if err == nil {
+		warnHeaderCopy(g, f.Name(), e.Header)
+	}
+	return f, e, err
+}
+
+// warnHeaderCopy warns that the LUKS2 header of path was read from its
+// secondary copy, the primary being damaged, lost or older, or that its
+// secondary is damaged or older: every command works from the good copy,
+// writes nothing it would not write otherwise, and repair rewrites both.
+func warnHeaderCopy(g *globalOptions, path string, h header.Header) {
+	if l2, ok := h.(*header.LUKS2); ok && l2.Warning != "" {
+		fmt.Fprintf(g.stderr, "cryptimg: warning: %s: %s; run cryptimg repair\n", path, l2.Warning)
+	}
+}
+
+// readEncrypted is openEncrypted without the warning.
+func readEncrypted(g *globalOptions, path string, open func(string) (*os.File, error)) (*os.File, *image.Encrypted, error) {
 	hdr := g.header != ""
 	path, err := headerPath(g, path)
 	if err != nil {

@@ -16,7 +16,13 @@ import (
 
 // openLUKS2RW opens path read-write and locked, and requires LUKS2.
 func openLUKS2RW(g *globalOptions, path string) (*os.File, *image.Encrypted, *header.LUKS2, error) {
-	f, e, err := openImageRW(g, path)
+	return openLUKS2(g, path, openEncrypted)
+}
+
+// openLUKS2 is openLUKS2RW with the image opened by open (with its
+// warning, or without it for repair).
+func openLUKS2(g *globalOptions, path string, open func(*globalOptions, string, func(string) (*os.File, error)) (*os.File, *image.Encrypted, error)) (*os.File, *image.Encrypted, *header.LUKS2, error) {
+	f, e, err := open(g, path, openLocked)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -205,9 +211,12 @@ func newRepairCommand(g *globalOptions) *cobra.Command {
 		Use:   "repair IMAGE",
 		Short: "Rewrite a damaged or stale LUKS2 header copy from the good one",
 		Long: `A LUKS2 header has two copies. When one fails its checksum or is older than the
-other, every cryptimg command warns and reads the good one, and none writes.
-"repair" writes the good copy over both (with the next seqid), each synced,
-as cryptsetup repair does; with both copies good it does nothing.
+other, or the primary is lost (its first 4 KiB overwritten), every cryptimg
+command warns and reads the good one (the secondary is found at any metadata
+size from 16 KiB to 4 MiB, as cryptsetup finds it), and none writes but to
+commit a change of the header, which writes both copies. "repair" writes the
+good copy over both (with the next seqid), each synced, as cryptsetup repair
+does; with both copies good it does nothing.
 
 For an image with integrity protection, repair first puts the writes left in
 its dm-integrity journal (after a crash of the kernel that had it open) in
@@ -220,7 +229,7 @@ journal.
 			if err := replayIntegrityJournal(g, path); err != nil {
 				return err
 			}
-			f, e, h, err := openLUKS2RW(g, path)
+			f, e, h, err := openLUKS2(g, path, readEncrypted)
 			if err != nil {
 				return err
 			}

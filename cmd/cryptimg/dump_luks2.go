@@ -60,11 +60,8 @@ func priorityName(k *header.Keyslot) string {
 
 // dumpLUKS2 prints a LUKS2 header as cryptsetup luksDump does, or its JSON
 // metadata, or (--json) a summary with the metadata inside. A damaged
-// header copy is reported on stderr and left as it is.
+// header copy is left as it is (openImage warned about it).
 func dumpLUKS2(g *globalOptions, o dumpOptions, path string, e *image.Encrypted, h *header.LUKS2) error {
-	if h.Warning != "" {
-		fmt.Fprintf(g.stderr, "cryptimg: warning: %s: %s\n", path, h.Warning)
-	}
 	if o.dumpJSON {
 		var buf bytes.Buffer
 		if err := json.Indent(&buf, h.JSON(), "", "  "); err != nil {

@@ -161,6 +161,7 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 	if err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}
+	warnHeaderCopy(g, "stdin", e.Header)
 	return decryptStreamed(cmd, g, o, e, payload, -1, in, out)
 }
 
@@ -223,6 +224,7 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	// whole header area, 16 MiB of new memory for a LUKS2 image.
 	ae, openErr := image.Open(f)
 	if openErr == nil && ae.Authenticated() {
+		warnHeaderCopy(g, in, ae.Header)
 		return decryptAuthToStream(cmd, g, o, ae, in, out)
 	}
 	st, err := f.Stat()
@@ -238,6 +240,7 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
+	warnHeaderCopy(g, in, e.Header)
 	total := int64(-1)
 	if openErr == nil {
 		total = ae.PayloadSize
