@@ -172,6 +172,7 @@ func newKeyArg(k *keyOptions, args []string) error {
 }
 
 func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
+	k.newKey = true
 	f.StringVar(&k.keyFile, "new-key-file", "", "read the new key from FILE as raw bytes (- for stdin)")
 	f.Int64Var(&k.keyfileOffset, "new-keyfile-offset", 0, "skip this many bytes at the start of the new key file")
 	f.Int64Var(&k.keyfileSize, "new-keyfile-size", 0, "read at most this many bytes of the new key file (0 = all)")
