@@ -311,3 +311,35 @@ func TestDetachedInPlace(t *testing.T) {
 		t.Error("a refused run changed a file")
 	}
 }
+
+// TestDetachedHeaderIsData: encrypt and create refuse a --header that is
+// the output or the input, under any spelling and with --force, and leave
+// the files as they were; the header once was renamed over the ciphertext
+// and encrypt exited 0.
+func TestDetachedHeaderIsData(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	want := mustRead(t, plain)
+	x := filepath.Join(dir, "x")
+	for _, args := range [][]string{
+		{"encrypt", "--header", x, plain, x},
+		{"encrypt", "--header", "./x", plain, x},
+		{"encrypt", "--header", "x", "--force", plain, x},
+		{"encrypt", "--header", plain, "--force", plain, x},
+		{"encrypt", "--header", "plain.raw", plain, x},
+		{"create", "--header", "./x", "--size", "1M", "x"},
+	} {
+		r := cryptimg(t, "", append([]string{args[0], "-d", key, fastIter}, args[1:]...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "input and output are the same file") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		if _, err := os.Stat(x); err == nil {
+			t.Fatalf("%v: left %s", args, x)
+		}
+		if !bytes.Equal(mustRead(t, plain), want) {
+			t.Fatalf("%v: the input changed", args)
+		}
+	}
+}
