@@ -1,6 +1,7 @@
 package main
 
 import (
+	be "encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -339,5 +340,35 @@ func TestLsOtherFormats(t *testing.T) {
 	json.Unmarshal([]byte(r.stdout), &tj)
 	if tj.Table != "none" || len(tj.Partitions) != 0 {
 		t.Errorf("ls of the ISO: %+v", tj)
+	}
+}
+
+// TestLsQcow2BadL2: a qcow2 image whose first L2 entry is corrupt (a
+// reserved bit set) fails ls IMAGE with exit 4, as decrypt does, rather
+// than listing no partition table (go-diskfs dropped the read error).
+func TestLsQcow2BadL2(t *testing.T) {
+	dir := t.TempDir()
+	plain := gptDisk(t, dir)
+	key := writeFile(t, filepath.Join(dir, "key"), "qcow2 passphrase")
+	img := filepath.Join(dir, "disk.qcow2")
+	fastEncrypt(t, key, plain, img, "-O", "qcow2")
+	mustRun(t, "ls", "-d", key, img)
+	b := mustRead(t, img)
+	l1 := be.BigEndian.Uint64(b[40:])
+	l2 := be.BigEndian.Uint64(b[l1:]) & 0x00fffffffffffe00
+	e := be.BigEndian.Uint64(b[l2:])
+	if e == 0 {
+		t.Fatal("the first cluster is not allocated")
+	}
+	be.BigEndian.PutUint64(b[l2:], e|0x100)
+	if err := os.WriteFile(img, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cryptimg(t, "", "decrypt", "-d", key, img, filepath.Join(dir, "out.raw")); r.code != 4 {
+		t.Fatalf("decrypt: exit %d\n%s", r.code, r.stderr)
+	}
+	r := cryptimg(t, "", "ls", "-d", key, img)
+	if r.code != 4 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("ls: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

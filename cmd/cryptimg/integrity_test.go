@@ -465,6 +465,15 @@ func TestIntegrityLsCat(t *testing.T) {
 	if r := mustRun(t, "cat", "-d", key, img, "1:/hello.txt"); r.stdout != testDisk.espFiles["hello.txt"] {
 		t.Fatalf("cat of a FAT file: %q", r.stdout)
 	}
+	// Sector 0 tampered with: ls IMAGE fails as verify does, naming it,
+	// rather than listing no partition table (go-diskfs drops the error).
+	flipByte(t, img, g.DataOffset(0)+3)
+	for _, args := range [][]string{{img}, {"--json", img}} {
+		r = cryptimg(t, "", append([]string{"ls", "-d", key}, args...)...)
+		if r.code != 4 || r.stdout != "" || !strings.Contains(r.stderr, "integrity check failed at sector 0") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("ls %v of a disk with a tampered sector 0: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
 }
 
 // TestIntegrityDecryptToStdout: an authenticated image file decrypts to
