@@ -397,6 +397,11 @@ func runLs(g *globalOptions, o lsOptions, img, spec string) (err error) {
 		}
 		for _, de := range ents {
 			info, err := de.Info()
+			if err == nil && fsys.Type() == filesystem.TypeExt4 {
+				// go-diskfs's ext4 directory entries carry the file
+				// type only; Stat reads the permissions from the inode.
+				info, err = fsys.Stat(path.Join(p, de.Name()))
+			}
 			if err != nil {
 				return fmt.Errorf("%d:%s: %w", part, path.Join(displayPath(p), de.Name()), err)
 			}

@@ -149,7 +149,7 @@ func TestLsPartitions(t *testing.T) {
 }
 
 func TestLsAndCatFiles(t *testing.T) {
-	_, img, key := encryptedDisk(t)
+	dir, img, key := encryptedDisk(t)
 	// FAT32 root and a subdirectory.
 	r := mustRun(t, "ls", "-d", key, "--json", img, "1")
 	var dj dirJSON
@@ -175,6 +175,29 @@ func TestLsAndCatFiles(t *testing.T) {
 	r = mustRun(t, "ls", "-d", key, img, "2:home/user")
 	if !strings.Contains(r.stdout, "notes.txt") {
 		t.Errorf("ls 2:home/user:\n%s", r.stdout)
+	}
+	// ext4 entries have the permissions of the tree mkfs.ext4 copied
+	// (they once listed as ---------- and d---------), in both outputs.
+	for _, c := range []struct{ spec, name, local string }{{"2:/", "etc", "etc"}, {"2:home/user", "notes.txt", "home/user/notes.txt"}} {
+		st, err := os.Stat(filepath.Join(dir, "tree", c.local))
+		if err != nil || st.Mode().Perm() == 0 {
+			t.Fatalf("tree %s: %v, %v", c.local, st, err)
+		}
+		want := st.Mode().String()
+		var dj dirJSON
+		json.Unmarshal([]byte(mustRun(t, "ls", "-d", key, "--json", img, c.spec).stdout), &dj)
+		got := ""
+		for _, e := range dj.Entries {
+			if e.Name == c.name {
+				got = e.Mode
+			}
+		}
+		if got != want {
+			t.Errorf("ls --json %s: %s has mode %q, want %q", c.spec, c.name, got, want)
+		}
+		if out := mustRun(t, "ls", "-d", key, img, c.spec).stdout; !strings.Contains(out, want+" ") {
+			t.Errorf("ls %s: no %q for %s:\n%s", c.spec, want, c.name, out)
+		}
 	}
 	// A file path lists the file itself.
 	r = mustRun(t, "ls", "-d", key, "--json", img, "2:/etc/hostname")
