@@ -253,7 +253,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 			}
 			return confirm(g, fmt.Sprintf("This will reencrypt %s with a new volume key and remove key slots %v, whose keys were not given.", path, removed))
 		},
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF},
 	}
 	if hdr != nil {
 		ro.Header = hdr
@@ -367,7 +367,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	start := time.Now()
 	eo := image.EncryptInPlaceOptions{
 		Header: params, Passphrase: key,
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF},
 	}
 	var r *image.Result
 	if g.header != "" {
@@ -424,7 +424,7 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	defer clear(key)
 	prog := g.newProgress("decrypt")
 	start := time.Now()
-	ipo := image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)}
+	ipo := image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF}
 	var r *image.Result
 	if hdr != nil {
 		r, err = image.DecryptDetachedInPlace(cmd.Context(), f, hdr, image.Sidecar(path), key, o.keySlot, ipo)
