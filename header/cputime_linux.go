@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // rusageThread is Linux's RUSAGE_THREAD, which the syscall package does not
@@ -29,4 +31,45 @@ func benchClock() (now func() time.Duration, done func()) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}, runtime.UnlockOSThread
+}
+
+// cpuClock returns a clock of CPU time from clock_gettime(2): id is
+// CLOCK_THREAD_CPUTIME_ID (the calling goroutine, locked to its thread
+// until done) or CLOCK_PROCESS_CPUTIME_ID (every thread of the process,
+// for work that runs in goroutines of its own). Unlike getrusage's split
+// of user and system time, which the kernel adjusts to stay monotonic and
+// so can lag by a tick and then jump, these count to the nanosecond. Wall
+// time where the clock is not available.
+func cpuClock(id int32) (now func() time.Duration, done func()) {
+	if id == unix.CLOCK_THREAD_CPUTIME_ID {
+		runtime.LockOSThread()
+	}
+	read := func() time.Duration {
+		var ts unix.Timespec
+		if unix.ClockGettime(id, &ts) != nil {
+			return 0
+		}
+		return time.Duration(ts.Nano())
+	}
+	if read() == 0 {
+		if id == unix.CLOCK_THREAD_CPUTIME_ID {
+			runtime.UnlockOSThread()
+		}
+		return wallClock()
+	}
+	if id == unix.CLOCK_THREAD_CPUTIME_ID {
+		return read, runtime.UnlockOSThread
+	}
+	return read, func() {}
+}
+
+// threadClock is the calling thread's CPU time.
+func threadClock() (now func() time.Duration, done func()) {
+	return cpuClock(unix.CLOCK_THREAD_CPUTIME_ID)
+}
+
+// procClock is the process's CPU time: other processes on the machine do
+// not change it.
+func procClock() (now func() time.Duration, done func()) {
+	return cpuClock(unix.CLOCK_PROCESS_CPUTIME_ID)
 }

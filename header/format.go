@@ -326,7 +326,7 @@ func SlotIterations(hash string, keyBytes int, iterTime time.Duration) (slotIter
 	if iterTime <= 0 {
 		return 0, 0, fmt.Errorf("iteration time %v is not positive", iterTime)
 	}
-	if keyBytes <= 0 || keyBytes > maxKeyBytes {
+	if keyBytes <= 0 || keyBytes > MaxKeyBytes {
 		return 0, 0, fmt.Errorf("invalid key size %d", keyBytes)
 	}
 	perSec, err := benchmarkPBKDF2(hash, keyBytes, 250*time.Millisecond)

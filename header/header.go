@@ -31,6 +31,12 @@ const definedSize = 592
 // largest any LUKS1 cipher uses).
 const maxKeyBytes = 64
 
+// MaxKeyBytes is the largest volume key of any version: a LUKS2 keyslot's
+// key_size goes up to 512 bytes (an authenticated segment's key is the
+// cipher key and the MAC key, 96 bytes for aes-xts-plain64 with
+// hmac(sha256)).
+const MaxKeyBytes = 512
+
 // slotAlign is cryptsetup's LUKS_ALIGN_KEYSLOTS in sectors (4096 bytes).
 const slotAlign = 4096 / SectorSize
 

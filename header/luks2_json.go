@@ -414,7 +414,7 @@ func (h *LUKS2) validate(size int64) error {
 		if k.Type != "luks2" {
 			continue
 		}
-		if k.KeySize <= 0 || k.KeySize > 512 || k.AF.Type != "luks1" || k.AF.Stripes != Stripes || k.Area.Type != "raw" || k.Area.KeySize <= 0 || k.Area.KeySize > 512 {
+		if k.KeySize <= 0 || k.KeySize > MaxKeyBytes || k.AF.Type != "luks1" || k.AF.Stripes != Stripes || k.Area.Type != "raw" || k.Area.KeySize <= 0 || k.Area.KeySize > MaxKeyBytes {
 			return parseErrorf(where, "unsupported key size, AF or area")
 		}
 		if _, err := luks2Hash(where, k.AF.Hash); err != nil {

@@ -202,6 +202,9 @@ func startDecryptDetached(img, hdr File, js JournalStore, passphrase []byte, slo
 	if data%ss != 0 {
 		return nil, fmt.Errorf("%w: %d bytes of data are not whole %d-byte sectors", ErrTruncated, data, ss)
 	}
+	if err := checkCost(h, slot, o.AllowCost); err != nil {
+		return nil, err
+	}
 	vk, _, err := h.Unlock(hdr, 0, passphrase, slot)
 	if err != nil {
 		return nil, err

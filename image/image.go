@@ -310,10 +310,16 @@ func (c *CostError) Unwrap() error { return ErrCostly }
 
 // checkCost refuses an unlock of slot over the limits, unless allowed.
 func (e *Encrypted) checkCost(slot int) error {
-	if e.AllowCost {
+	return checkCost(e.Header, slot, e.AllowCost)
+}
+
+// checkCost is a *CostError when an unlock of slot of h is estimated over
+// the limits and not allowed, else nil.
+func checkCost(h header.Header, slot int, allow bool) error {
+	if allow {
 		return nil
 	}
-	c := e.Header.UnlockCost(slot)
+	c := h.UnlockCost(slot)
 	if lim := header.MemoryLimit(); c.Time > MaxUnlockTime || c.Memory > lim {
 		return &CostError{Cost: c, TimeLimit: MaxUnlockTime, MemoryLimit: lim}
 	}

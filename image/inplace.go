@@ -36,6 +36,11 @@ type InPlaceOptions struct {
 	// Rand is the source of keys, salts and wipe bytes; nil means
 	// crypto/rand.
 	Rand io.Reader
+	// AllowCost lets the unlock that starts a decryption or reencryption
+	// run whatever its key derivation costs; without it an estimate over
+	// the limits is refused with a *CostError, as by Encrypted.Unlock. A
+	// resumed operation unlocks the header its start accepted.
+	AllowCost bool
 }
 
 // alignWindow rounds the window w down to whole ss-byte sectors, at least
@@ -535,6 +540,9 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, size-shift, ss)
 	}
 	// Check the key before anything is written.
+	if err := checkCost(h, slot, o.AllowCost); err != nil {
+		return nil, err
+	}
 	vk, _, err := h.Unlock(img, 0, passphrase, slot)
 	if err != nil {
 		return nil, err

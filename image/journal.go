@@ -378,12 +378,22 @@ func (j *journal) blob() ([]byte, error) {
 
 // createJournal writes a new journal with st (phase data) and blob, and
 // makes it durable before returning. Nothing in the image has been changed
-// before this point.
-func createJournal(js JournalStore, st *state, blob []byte) (*journal, error) {
+// before this point, so a journal it fails to complete (a full disk) is
+// removed: left, it would only ask for a --resume that has nothing to
+// resume.
+func createJournal(js JournalStore, st *state, blob []byte) (_ *journal, err error) {
 	s, err := js.Create()
 	if err != nil {
 		return nil, fmt.Errorf("failed to create journal: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			closeStorage(s)
+			if rerr := js.Remove(); rerr != nil {
+				err = fmt.Errorf("%w; and failed to remove the incomplete journal %s: %v", err, js.Name(), rerr)
+			}
+		}
+	}()
 	st.BlobOff = recordsOff + 2*st.RecordLen
 	st.BlobLen = int64(len(blob))
 	st.BlobSum = sha256.Sum256(blob)

@@ -383,8 +383,9 @@ func (e *Encrypted) SetUUID(uuid string) error {
 // path, mode 0600, through a temporary file renamed when complete. The
 // file is cryptsetup's luksHeaderBackup format: Header.BackupSize bytes, with the
 // bytes from 592 up to the first key slot (at most 4096) zeroed. An
-// existing path is refused (ErrExists).
-func (e *Encrypted) HeaderBackup(path string) error {
+// existing path is refused (ErrExists) unless force, which replaces it
+// by the same rename.
+func (e *Encrypted) HeaderBackup(path string, force bool) error {
 	n := e.Header.BackupSize()
 	buf := make([]byte, n)
 	defer clear(buf)
@@ -400,7 +401,7 @@ func (e *Encrypted) HeaderBackup(path string) error {
 		// Whatever follows the qcow2 LUKS area is not part of it.
 		clear(buf[max(e.Qcow2.CryptLength, e.Header.Info().AreaSize):])
 	}
-	o, err := CreateOutput(path, false)
+	o, err := CreateOutput(path, force)
 	if err != nil {
 		return err
 	}

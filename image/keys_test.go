@@ -230,7 +230,7 @@ func TestHeaderBackupRestore(t *testing.T) {
 	want := decryptedFile(t, f, e, k)
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "hdr.img")
-	if err := e.HeaderBackup(backup); err != nil {
+	if err := e.HeaderBackup(backup, false); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(backup)
@@ -244,7 +244,7 @@ func TestHeaderBackupRestore(t *testing.T) {
 	if !bytes.Equal(b[592:4096], make([]byte, 4096-592)) {
 		t.Error("bytes 592..4095 of the backup are not zero")
 	}
-	if err := e.HeaderBackup(backup); !errors.Is(err, ErrExists) {
+	if err := e.HeaderBackup(backup, false); !errors.Is(err, ErrExists) {
 		t.Errorf("backup over an existing file: %v", err)
 	}
 

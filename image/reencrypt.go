@@ -539,6 +539,9 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	var kept []int
 	var oldVK []byte
 	defer func() { clear(oldVK) }()
+	if err := checkCost(oh, -1, o.AllowCost); err != nil {
+		return nil, nil, nil, err
+	}
 	for i, p := range o.Passphrases {
 		vk, slot, err := oh.Unlock(loc.hf, loc.off, p, -1)
 		if err != nil {

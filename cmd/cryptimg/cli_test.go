@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // fastEncrypt encrypts with the minimum PBKDF2 cost.
@@ -251,6 +252,43 @@ func TestOutputNotRegular(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != len(targets)+3 {
 		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+// TestInputFIFO: a FIFO given as the input of encrypt, decrypt, dump, ls
+// or as --header is refused at once in one line (exit 1); open(2) of a
+// FIFO with no writer used to block for ever.
+func TestInputFIFO(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "k")
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	enc := filepath.Join(dir, "enc")
+	fastEncrypt(t, key, randomFile(t, dir, "plain.raw", 8192), enc)
+	for _, args := range [][]string{
+		{"encrypt", "-d", key, fastIter, fifo, filepath.Join(dir, "out")},
+		{"decrypt", "-d", key, fifo, filepath.Join(dir, "out")},
+		{"dump", fifo},
+		{"ls", "-d", key, fifo},
+		{"decrypt", "-d", key, "--header", fifo, enc, filepath.Join(dir, "out")},
+	} {
+		done := make(chan result, 1)
+		go func() { done <- cryptimg(t, "", args...) }()
+		select {
+		case r := <-done:
+			if r.code != exitFailure || !strings.Contains(r.stderr, fifo+": not a regular file") || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+			}
+		case <-time.After(10 * time.Second):
+			// Unblock the open with a writer, then fail.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Fatalf("%v: still in open(2) of the FIFO after 10 s", args)
+		}
 	}
 }
 

@@ -154,7 +154,7 @@ func runCreate(cmd *cobra.Command, g *globalOptions, o createOptions, out string
 		return err
 	}
 	if g.header != "" {
-		if image.SameFile(out, g.header) || out == g.header {
+		if samePath(out, g.header) {
 			return usagef("--header %s: %v", g.header, image.ErrSameFile)
 		}
 		if err := refuseExisting(g.header, o.force); err != nil {

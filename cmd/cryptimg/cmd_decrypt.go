@@ -68,7 +68,7 @@ clusters in qcow2 output).
 }
 
 func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out string) error {
-	if in == stdio || out == stdio {
+	if in == stdio || out == stdio || isNullDevice(out) {
 		if o.allowCorrupt && in == stdio {
 			return usagef("--allow-corrupt is for images with integrity protection, which need a seekable file")
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -264,6 +265,9 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if err := checkOutputPath(in, out, o.force); err != nil {
 		return err
 	}
+	if err := checkHeaderOutput(g.header, in, out, o.force); err != nil {
+		return err
+	}
 	src, err := openSource(in)
 	if err != nil {
 		return err
@@ -506,4 +510,33 @@ func readMaster(g *globalOptions, file string) (*derive.Master, error) {
 		return nil, usagef("--master-key-file: %v", err)
 	}
 	return m, nil
+}
+
+// checkHeaderOutput refuses a --header file that is the input or the
+// output, before any secret is asked for: renamed into place after the
+// data, the header would replace the ciphertext (or the input).
+func checkHeaderOutput(hdr, in, out string, force bool) error {
+	if hdr == "" {
+		return nil
+	}
+	for _, p := range []string{in, out} {
+		if samePath(hdr, p) {
+			return usagef("--header %s: %v", hdr, image.ErrSameFile)
+		}
+	}
+	if err := image.CheckOutputPath(hdr, force); err != nil {
+		return usagef("--header: %w", err)
+	}
+	return nil
+}
+
+// samePath reports whether two paths name the same file, existing or
+// not (yet).
+func samePath(a, b string) bool {
+	if image.SameFile(a, b) {
+		return true
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
 }

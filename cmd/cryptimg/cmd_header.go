@@ -10,7 +10,7 @@ import (
 )
 
 func newHeaderBackupCommand(g *globalOptions) *cobra.Command {
-	var asJSON bool
+	var asJSON, force bool
 	cmd := &cobra.Command{
 		Use:   "header-backup IMAGE FILE",
 		Short: "Save the LUKS header and key slots to a file",
@@ -21,7 +21,8 @@ of the last key slot, rounded up to 4096 bytes, with the unused bytes
 header-restore accepts cryptsetup's.
 
 FILE holds key material: it is created with mode 0600, through a temporary
-file renamed when complete, and an existing FILE is refused.
+file renamed when complete. An existing FILE is refused, as cryptsetup
+refuses it, unless --force, which replaces it by the same rename.
 ` + exitStatusHelp,
 		Example: `  cryptimg header-backup disk.luks disk.hdr`,
 		Args:    cobra.ExactArgs(2),
@@ -35,7 +36,7 @@ file renamed when complete, and an existing FILE is refused.
 				return err
 			}
 			defer f.Close()
-			if err := e.HeaderBackup(out); err != nil {
+			if err := e.HeaderBackup(out, force); err != nil {
 				return err
 			}
 			if asJSON {
@@ -46,6 +47,7 @@ file renamed when complete, and an existing FILE is refused.
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the backup's file and size as JSON on stdout")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "replace an existing FILE")
 	return cmd
 }
 

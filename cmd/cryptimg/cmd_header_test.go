@@ -80,6 +80,34 @@ func TestHeaderBackupInterop(t *testing.T) {
 	k.decryptsTo(t, key[1])
 }
 
+// TestHeaderBackupForce: header-backup refuses an existing FILE and says
+// to use --force, which it has: with it the file is replaced whole (mode
+// 0600, the same bytes as a new backup). The hint once named a flag the
+// command did not have.
+func TestHeaderBackupForce(t *testing.T) {
+	k := newKeyFixture(t)
+	fresh, old := filepath.Join(k.dir, "fresh.hdr"), filepath.Join(k.dir, "old.hdr")
+	mustRun(t, "header-backup", k.img, fresh)
+	if err := os.WriteFile(old, []byte("someone's file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(old, 0o644)
+	r := expectCode(t, 1, "header-backup", k.img, old)
+	if !strings.Contains(r.stderr, "exists") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("existing backup file: %q", r.stderr)
+	}
+	if b, _ := os.ReadFile(old); string(b) != "someone's file" {
+		t.Fatal("the refused backup changed the file")
+	}
+	mustRun(t, "header-backup", "--force", k.img, old)
+	if fileSHA(t, old) != fileSHA(t, fresh) {
+		t.Error("the forced backup differs from a new one")
+	}
+	if st, err := os.Stat(old); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("forced backup: %v, %v; want mode 0600", st, err)
+	}
+}
+
 func TestHeaderRestoreChecksBackup(t *testing.T) {
 	k := newKeyFixture(t)
 	other := newKeyFixture(t)

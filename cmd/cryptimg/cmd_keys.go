@@ -192,6 +192,7 @@ func newKeyArg(k *keyOptions, args []string) error {
 }
 
 func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
+	k.newKey = true
 	f.StringVar(&k.keyFile, "new-key-file", "", "read the new key from FILE as raw bytes (- for stdin)")
 	// cryptsetup's spelling (luksAddKey --new-keyfile, cryptsetup 2.6),
 	// beside its --new-keyfile-offset and --new-keyfile-size.

@@ -145,13 +145,15 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	}
 	st := image.NewStorage(v, plainName(path), true)
 	d, err := diskfs.OpenBackend(st)
+	if re := st.ReadError(); re != nil {
+		// go-diskfs reads the partition table and, where that read
+		// fails, may go on as if the disk had none.
+		err = re
+	}
 	if err != nil {
 		v.Close()
 		k.Clear()
 		src.Close()
-		if re := st.ReadError(); re != nil {
-			err = re
-		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &plainDisk{Disk: d, src: src, key: k, storage: st}, nil
@@ -395,11 +397,20 @@ func runLs(g *globalOptions, o lsOptions, img, spec string) (err error) {
 		}
 		for _, de := range ents {
 			info, err := de.Info()
+			if err == nil && fsys.Type() == filesystem.TypeExt4 {
+				// go-diskfs's ext4 directory entries carry the file
+				// type only; Stat reads the permissions from the inode.
+				info, err = fsys.Stat(path.Join(p, de.Name()))
+			}
 			if err != nil {
 				return fmt.Errorf("%d:%s: %w", part, path.Join(displayPath(p), de.Name()), err)
 			}
 			out.Entries = append(out.Entries, entryOf(de.Name(), info))
 		}
+	}
+	if re := d.storage.ReadError(); re != nil {
+		// A read go-diskfs dropped: the listing may lack entries.
+		return re
 	}
 	if o.json {
 		return json.NewEncoder(g.stdout).Encode(out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	be "encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -148,7 +149,7 @@ func TestLsPartitions(t *testing.T) {
 }
 
 func TestLsAndCatFiles(t *testing.T) {
-	_, img, key := encryptedDisk(t)
+	dir, img, key := encryptedDisk(t)
 	// FAT32 root and a subdirectory.
 	r := mustRun(t, "ls", "-d", key, "--json", img, "1")
 	var dj dirJSON
@@ -174,6 +175,29 @@ func TestLsAndCatFiles(t *testing.T) {
 	r = mustRun(t, "ls", "-d", key, img, "2:home/user")
 	if !strings.Contains(r.stdout, "notes.txt") {
 		t.Errorf("ls 2:home/user:\n%s", r.stdout)
+	}
+	// ext4 entries have the permissions of the tree mkfs.ext4 copied
+	// (they once listed as ---------- and d---------), in both outputs.
+	for _, c := range []struct{ spec, name, local string }{{"2:/", "etc", "etc"}, {"2:home/user", "notes.txt", "home/user/notes.txt"}} {
+		st, err := os.Stat(filepath.Join(dir, "tree", c.local))
+		if err != nil || st.Mode().Perm() == 0 {
+			t.Fatalf("tree %s: %v, %v", c.local, st, err)
+		}
+		want := st.Mode().String()
+		var dj dirJSON
+		json.Unmarshal([]byte(mustRun(t, "ls", "-d", key, "--json", img, c.spec).stdout), &dj)
+		got := ""
+		for _, e := range dj.Entries {
+			if e.Name == c.name {
+				got = e.Mode
+			}
+		}
+		if got != want {
+			t.Errorf("ls --json %s: %s has mode %q, want %q", c.spec, c.name, got, want)
+		}
+		if out := mustRun(t, "ls", "-d", key, img, c.spec).stdout; !strings.Contains(out, want+" ") {
+			t.Errorf("ls %s: no %q for %s:\n%s", c.spec, want, c.name, out)
+		}
 	}
 	// A file path lists the file itself.
 	r = mustRun(t, "ls", "-d", key, "--json", img, "2:/etc/hostname")
@@ -339,5 +363,35 @@ func TestLsOtherFormats(t *testing.T) {
 	json.Unmarshal([]byte(r.stdout), &tj)
 	if tj.Table != "none" || len(tj.Partitions) != 0 {
 		t.Errorf("ls of the ISO: %+v", tj)
+	}
+}
+
+// TestLsQcow2BadL2: a qcow2 image whose first L2 entry is corrupt (a
+// reserved bit set) fails ls IMAGE with exit 4, as decrypt does, rather
+// than listing no partition table (go-diskfs dropped the read error).
+func TestLsQcow2BadL2(t *testing.T) {
+	dir := t.TempDir()
+	plain := gptDisk(t, dir)
+	key := writeFile(t, filepath.Join(dir, "key"), "qcow2 passphrase")
+	img := filepath.Join(dir, "disk.qcow2")
+	fastEncrypt(t, key, plain, img, "-O", "qcow2")
+	mustRun(t, "ls", "-d", key, img)
+	b := mustRead(t, img)
+	l1 := be.BigEndian.Uint64(b[40:])
+	l2 := be.BigEndian.Uint64(b[l1:]) & 0x00fffffffffffe00
+	e := be.BigEndian.Uint64(b[l2:])
+	if e == 0 {
+		t.Fatal("the first cluster is not allocated")
+	}
+	be.BigEndian.PutUint64(b[l2:], e|0x100)
+	if err := os.WriteFile(img, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cryptimg(t, "", "decrypt", "-d", key, img, filepath.Join(dir, "out.raw")); r.code != 4 {
+		t.Fatalf("decrypt: exit %d\n%s", r.code, r.stderr)
+	}
+	r := cryptimg(t, "", "ls", "-d", key, img)
+	if r.code != 4 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("ls: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

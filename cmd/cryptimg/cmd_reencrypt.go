@@ -253,7 +253,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 			}
 			return confirm(g, fmt.Sprintf("This will reencrypt %s with a new volume key and remove key slots %v, whose keys were not given.", path, removed))
 		},
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF},
 	}
 	if hdr != nil {
 		ro.Header = hdr
@@ -377,7 +377,7 @@ func runEncryptInPlace(cmd *cobra.Command, g *globalOptions, o encryptOptions, p
 	start := time.Now()
 	eo := image.EncryptInPlaceOptions{
 		Header: params, Passphrase: key,
-		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)},
+		InPlaceOptions: image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF},
 	}
 	var r *image.Result
 	if g.header != "" {
@@ -434,7 +434,7 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	defer clear(key)
 	prog := g.newProgress("decrypt")
 	start := time.Now()
-	ipo := image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog)}
+	ipo := image.InPlaceOptions{Window: o.hotzone, Resume: o.resume, Pipeline: g.pipeline(prog), AllowCost: g.slowKDF}
 	var r *image.Result
 	if hdr != nil {
 		r, err = image.DecryptDetachedInPlace(cmd.Context(), f, hdr, image.Sidecar(path), key, o.keySlot, ipo)
@@ -451,8 +451,13 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 // createHeaderFile opens the detached header file that encrypt --in-place
 // --header fills at the end: a new file (mode 0600, its directory entry
 // synced), or, when resuming, the one the first run made, or an empty one
-// a run killed before it started left.
+// a run killed before it started left. It will hold the key slots: a
+// symbolic link is refused (it would put them wherever it points), and a
+// file reused gets mode 0600 whatever it had.
 func createHeaderFile(path string, resuming bool) (*os.File, error) {
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		return nil, fmt.Errorf("--header %s is a symbolic link: give the header file's own path", path)
+	}
 	flag := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if resuming {
 		flag = os.O_RDWR | os.O_CREATE
@@ -461,7 +466,7 @@ func createHeaderFile(path string, resuming bool) (*os.File, error) {
 	if errors.Is(err, os.ErrExist) {
 		// An empty one is left by a run killed before it started; a
 		// header file with anything in it is someone's.
-		if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() && st.Size() == 0 {
+		if st, serr := os.Lstat(path); serr == nil && st.Mode().IsRegular() && st.Size() == 0 {
 			f, err = os.OpenFile(path, os.O_RDWR, 0)
 		} else {
 			return nil, fmt.Errorf("%w: %s", image.ErrExists, path)
@@ -469,6 +474,20 @@ func createHeaderFile(path string, resuming bool) (*os.File, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// What was opened is the regular file checked above, not a link put
+	// there since.
+	fst, ferr := f.Stat()
+	lst, lerr := os.Lstat(path)
+	if ferr != nil || lerr != nil || !fst.Mode().IsRegular() || !os.SameFile(fst, lst) {
+		f.Close()
+		return nil, fmt.Errorf("--header %s changed while it was opened, or is not a regular file", path)
+	}
+	if fst.Mode().Perm() != 0o600 {
+		if err := f.Chmod(0o600); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("failed to make %s private (mode 0600): %w", path, err)
+		}
 	}
 	if err := tryLock(f); err != nil {
 		f.Close()

@@ -311,3 +311,81 @@ func TestDetachedInPlace(t *testing.T) {
 		t.Error("a refused run changed a file")
 	}
 }
+
+// TestDetachedHeaderIsData: encrypt and create refuse a --header that is
+// the output or the input, under any spelling and with --force, and leave
+// the files as they were; the header once was renamed over the ciphertext
+// and encrypt exited 0.
+func TestDetachedHeaderIsData(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	want := mustRead(t, plain)
+	x := filepath.Join(dir, "x")
+	for _, args := range [][]string{
+		{"encrypt", "--header", x, plain, x},
+		{"encrypt", "--header", "./x", plain, x},
+		{"encrypt", "--header", "x", "--force", plain, x},
+		{"encrypt", "--header", plain, "--force", plain, x},
+		{"encrypt", "--header", "plain.raw", plain, x},
+		{"create", "--header", "./x", "--size", "1M", "x"},
+	} {
+		r := cryptimg(t, "", append([]string{args[0], "-d", key, fastIter}, args[1:]...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "input and output are the same file") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		if _, err := os.Stat(x); err == nil {
+			t.Fatalf("%v: left %s", args, x)
+		}
+		if !bytes.Equal(mustRead(t, plain), want) {
+			t.Fatalf("%v: the input changed", args)
+		}
+	}
+}
+
+// TestDetachedInPlaceHeaderFile: encrypt --in-place --header reuses an
+// empty header file (as a killed run leaves) with mode 0600 whatever mode
+// it had, since it will hold the key slots; a symbolic link as the header
+// is refused, and the file it points to stays as it was.
+func TestDetachedInPlaceHeaderFile(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	data := filepath.Join(dir, "data")
+	copyFile(t, plain, data)
+	args := func(hdr string) []string {
+		return []string{"encrypt", "--in-place", "-q", "-d", key, fastIter, "--header", hdr, data}
+	}
+
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.hdr")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	r := cryptimg(t, "", args(link)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "symbolic link") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("a link as the header: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if st, err := os.Stat(target); err != nil || st.Size() != 0 || st.Mode().Perm() != 0o644 {
+		t.Errorf("the link's target changed: %v, %v", st, err)
+	}
+	sameContent(t, plain, data)
+
+	hdr := filepath.Join(dir, "empty.hdr")
+	if err := os.WriteFile(hdr, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(hdr, 0o644) // whatever the umask
+	mustRun(t, args(hdr)...)
+	st, err := os.Stat(hdr)
+	if err != nil || st.Size() == 0 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the reused header file: %v, %v; want it filled, mode 0600", st, err)
+	}
+	out := filepath.Join(dir, "out")
+	mustRun(t, "decrypt", "-d", key, "--header", hdr, data, out)
+	sameContent(t, plain, out)
+}

@@ -7,8 +7,12 @@ import (
 	"github.com/cryptimg/cryptimg/image"
 )
 
-// openInput opens an existing regular file for reading.
+// openInput opens an existing regular file for reading. What is not one
+// is refused before the open, which on a FIFO would wait for a writer.
 func openInput(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -48,6 +48,12 @@ func TestKernelIntegrityReads(t *testing.T) {
 		integrityImage(t, key, plain, img, c.args...)
 		o.reads("int-read-"+c.name, img, key, fileSHA(t, plain))
 	}
+	// The README's example: the default aes-xts-plain64 with hmac(sha256)
+	// (a 96-byte volume key) and benchmarked KDF costs, pbkdf2 for the VM's
+	// memory.
+	readme := filepath.Join(dir, "readme.luks")
+	mustRun(t, "encrypt", "-d", key, "--type", "luks2", "--integrity", "hmac-sha256", "--pbkdf", "pbkdf2", "--iter-time", "1", plain, readme)
+	o.reads("int-read-readme", readme, key, fileSHA(t, plain))
 	// Reencrypted by cryptimg: essiv to xts (the same tags), and gcm with a
 	// new key.
 	for _, c := range []struct {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 )
 
@@ -93,7 +94,7 @@ func childKey(e *image.Encrypted, slot int) (*image.Key, error) {
 		return nil, errors.New("no key pipe")
 	}
 	defer f.Close()
-	vk, err := io.ReadAll(io.LimitReader(f, 64))
+	vk, err := io.ReadAll(io.LimitReader(f, header.MaxKeyBytes))
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ type keyOptions struct {
 	keyFile       string
 	keyfileOffset int64
 	keyfileSize   int64
+	newKey        bool // the --new-key-file flags, for messages
 }
 
 func (k *keyOptions) addFlags(cmd interface {
@@ -100,6 +101,12 @@ func promptOnce(tty *os.File, prompt string) ([]byte, error) {
 func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 	if k.keyfileOffset < 0 || k.keyfileSize < 0 {
 		return nil, usagef("--keyfile-offset and --keyfile-size must not be negative")
+	}
+	if k.keyfileSize > maxKeyFileSize {
+		// Nothing larger is read without it either; and limit+1 below
+		// must not overflow.
+		flag := map[bool]string{false: "--keyfile-size", true: "--new-keyfile-size"}[k.newKey]
+		return nil, usagef("%s %d is over the key file limit of %d bytes (%d KiB)", flag, k.keyfileSize, maxKeyFileSize, maxKeyFileSize/1024)
 	}
 	var r io.Reader
 	if k.keyFile == "-" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,35 @@ func TestReadKeyFile(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("size %d offset %d keyfile-size %d: %d bytes, %v; want %d", c.size, c.offset, c.want, len(got), err, len(want))
 		}
+	}
+}
+
+// TestKeyfileSizeOverLimit: a --keyfile-size or --new-keyfile-size over the
+// 8 MiB key file limit is a usage error naming the flag (the largest int64
+// once overflowed the read's bound and panicked, exiting 2 as if no key
+// matched); the limit itself still reads.
+func TestKeyfileSizeOverLimit(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img := filepath.Join(dir, "disk.luks")
+	fastEncrypt(t, key, randomFile(t, dir, "plain.raw", 1<<20), img)
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"test-key", "-d", key, "--keyfile-size", "9223372036854775807", img}, "--keyfile-size"},
+		{[]string{"test-key", "-d", key, "--keyfile-size", "8388609", img}, "--keyfile-size"},
+		{[]string{"add-key", "-d", key, fastIter, "--new-keyfile-size", "9223372036854775807", img, key}, "--new-keyfile-size"},
+	} {
+		r := cryptimg(t, "", c.args...)
+		want := "cryptimg: error: " + c.flag + " "
+		if r.code != 1 || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, "over the key file limit of 8388608 bytes") ||
+			strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q", c.args, r.code, r.stderr)
+		}
+	}
+	// At the limit, the usual answer: the file is shorter.
+	if r := cryptimg(t, "", "test-key", "-d", key, "--keyfile-size", "8388608", img); r.code != 1 || !strings.Contains(r.stderr, "shorter than --keyfile-size") {
+		t.Errorf("--keyfile-size at the limit: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,9 @@ const stdio = "-"
 func streamOut(g *globalOptions, out string, force bool) (w io.Writer, commit func() error, done func(), err error) {
 	if out == stdio {
 		return g.stdout, func() error { return nil }, func() {}, nil
+	}
+	if isNullDevice(out) {
+		return io.Discard, func() error { return nil }, func() {}, nil
 	}
 	dst, done, err := createOutput(g, out, force)
 	if err != nil {
@@ -137,10 +141,10 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
-	if g.header != "" {
+	if g.header != "" && in == stdio {
 		return usagef("--header and streams: give the data as a file")
 	}
-	if out != stdio {
+	if out != stdio && !isNullDevice(out) {
 		if err := checkOutputPath(in, out, o.force); err != nil {
 			return err
 		}
@@ -152,6 +156,9 @@ func runDecryptStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, in
 			return err
 		}
 		defer f.Close()
+		if g.header != "" || qcow2.IsQcow2(f) {
+			return decryptViewToStream(cmd, g, o, f, in, out)
+		}
 		return decryptFileToStream(cmd, g, o, f, in, out)
 	}
 	if o.key.keyFile == stdio {
@@ -212,12 +219,89 @@ func streamTo(g *globalOptions, op, in, out string, force, asJSON bool, total in
 		Bytes: n, Seconds: time.Since(start).Seconds(), volumeJSON: vol})
 }
 
+// decryptViewToStream decrypts to stdout an image file that is not read
+// as a stream: qcow2, whose clusters lie in any order, or data whose
+// header is in a --header file. The plaintext is the image's read-only
+// view, the guest's disk from its first byte to its last, unallocated
+// clusters as zeros.
+func decryptViewToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, f *os.File, in, out string) error {
+	e, closeHeader, err := openData(g, f, in)
+	if err != nil {
+		return err
+	}
+	defer closeHeader()
+	if e.Authenticated() {
+		return decryptAuthToStream(cmd, g, o, e, in, out)
+	}
+	if o.allowCorrupt {
+		return usagef("--allow-corrupt is for images with integrity protection")
+	}
+	k, err := unlockImage(g, e, o.key, in, passPrompt(in), o.keySlot)
+	if err != nil {
+		return err
+	}
+	defer k.Clear()
+	v, err := e.View(f, k, true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	defer v.Close()
+	size := v.Size()
+	return streamTo(g, "decrypt", in, out, o.force, o.json, size, volumeOf(e.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+		return copyView(cmd.Context(), w, v, size, p)
+	})
+}
+
+// copyView writes size bytes of v to w in chunks of the pipeline's size,
+// reporting progress.
+func copyView(ctx context.Context, w io.Writer, v io.ReaderAt, size int64, p image.Pipeline) (int64, error) {
+	chunk := int64(p.ChunkSize)
+	if chunk <= 0 {
+		chunk = 1 << 20
+	}
+	buf := make([]byte, chunk)
+	defer clear(buf)
+	var done int64
+	if p.Progress != nil {
+		p.Progress(0, size)
+	}
+	for done < size {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		b := buf[:min(chunk, size-done)]
+		if _, err := v.ReadAt(b, done); err != nil && !(errors.Is(err, io.EOF) && done+int64(len(b)) == size) {
+			return done, err
+		}
+		if _, err := w.Write(b); err != nil {
+			return done, err
+		}
+		done += int64(len(b))
+		if p.Progress != nil {
+			p.Progress(done, size)
+		}
+	}
+	return done, nil
+}
+
+// isNullDevice reports whether path is the null device itself (or a link
+// to it): an OUTPUT that discards, as benchmark scripts give it. Other
+// devices, and other nodes with its numbers, are refused as outputs.
+func isNullDevice(path string) bool {
+	if path == stdio {
+		return false
+	}
+	a, err := os.Stat(path)
+	if err != nil || a.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	b, err := os.Stat(os.DevNull)
+	return err == nil && os.SameFile(a, b)
+}
+
 // decryptFileToStream decrypts a raw LUKS image file to stdout: the file
 // is read as a stream.
 func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions, f *os.File, in, out string) error {
-	if qcow2.IsQcow2(f) {
-		return usagef("%s is qcow2: decrypt it to an OUTPUT file", in)
-	}
 	// Integrity protection: the file is read where its geometry puts each
 	// area's data and tags, and the plaintext streamed. image.Open tells
 	// from the header's metadata; the stream path would first read the

@@ -98,6 +98,49 @@ func TestStreamRefusals(t *testing.T) {
 	}
 }
 
+// TestDecryptToStdoutViews: decrypt writes to stdout the plaintext of a
+// qcow2 image (the guest's disk, unallocated clusters as zeros) and of
+// data with a detached header, plain or with integrity protection; an
+// OUTPUT that is /dev/null discards it, while another character device is
+// still refused. All four were refused before.
+func TestDecryptToStdoutViews(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "stream passphrase")
+	plain := randomFile(t, dir, "plain.raw", 3<<20)
+	os.Truncate(plain, 4<<20) // a zero tail: unallocated in the qcow2
+	pb := mustRead(t, plain)
+	q, det, hdr := filepath.Join(dir, "vm.qcow2"), filepath.Join(dir, "det.img"), filepath.Join(dir, "det.hdr")
+	fastEncrypt(t, key, plain, q, "-O", "qcow2")
+	fastEncrypt(t, key, plain, det, "--header", hdr)
+	adet, ahdr := filepath.Join(dir, "adet.img"), filepath.Join(dir, "adet.hdr")
+	fastEncrypt(t, key, plain, adet, "--header", ahdr, "--type", "luks2", "--pbkdf", "pbkdf2", "--integrity", "hmac-sha256")
+	for _, args := range [][]string{
+		{"decrypt", "-d", key, q, "-"},
+		{"decrypt", "-d", key, "--header", hdr, det, "-"},
+		{"decrypt", "-d", key, "--header", ahdr, adet, "-"},
+	} {
+		r := cryptimg(t, "", args...)
+		if r.code != 0 || r.stdout != string(pb) {
+			t.Errorf("%v: exit %d, %d bytes on stdout, want %d\n%s", args, r.code, len(r.stdout), len(pb), r.stderr)
+		}
+	}
+	raw := filepath.Join(dir, "raw.luks")
+	fastEncrypt(t, key, plain, raw)
+	for _, args := range [][]string{
+		{"decrypt", "-d", key, raw, os.DevNull},
+		{"decrypt", "-d", key, q, os.DevNull},
+		{"decrypt", "-d", key, "--header", hdr, det, os.DevNull},
+	} {
+		r := cryptimg(t, "", args...)
+		if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "to "+os.DevNull+" (4.0 MiB") {
+			t.Errorf("%v: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
+	if r := cryptimg(t, "", "decrypt", "-d", key, raw, "/dev/zero"); r.code != 1 || !strings.Contains(r.stderr, "not a regular file: it is a character device") {
+		t.Errorf("decrypt to /dev/zero: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
 // TestStreamBrokenPipe: the reader of stdout going away ends decrypt with
 // a non-zero exit and a message saying so, not a silent signal death.
 func TestStreamBrokenPipe(t *testing.T) {
