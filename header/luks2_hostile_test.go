@@ -195,6 +195,11 @@ func hostileCases(t testing.TB) []hostileCase {
 			}
 		}
 	}
+	unreadable := func(t *testing.T, h *LUKS2) {
+		if _, err := h.NewSectorCipher(make([]byte, 64)); !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "2^63") {
+			t.Errorf("NewSectorCipher: %v", err)
+		}
+	}
 	return []hostileCase{
 		// Deep nesting. json-c, as cryptsetup creates its tokener
 		// (depth 32), reads a value inside at most 31 arrays and
@@ -253,14 +258,17 @@ func hostileCases(t testing.TB) []hostileCase {
 		{name: "number: keyslot 4294967296", js: m(`"keyslots":{"0":`, `"keyslots":{"4294967296":`), want: corrupt},
 		{name: "number: token 2^64", js: m(tok, `"tokens":{"18446744073709551616":{"type":"x","keyslots":[]}},`), want: corrupt, cs: true}, // cryptimg keeps tokens to 0..31, as cryptsetup's API does
 
-		// Offsets that overflow: the data segment must be addressable
-		// (an int64 file offset, as Linux's loff_t); cryptsetup reads
-		// these headers but cannot open a device that large.
+		// Offsets that overflow: the data segment must start at an
+		// addressable byte (an int64 file offset, as Linux's loff_t);
+		// cryptsetup reads these headers but cannot open a device that
+		// large.
 		{name: "offset: segment at 2^63", js: m(`"offset":"294912"`, `"offset":"9223372036854775808"`), want: corrupt, cs: true},
 		{name: "offset: segment at 2^64-512", js: m(`"offset":"294912"`, `"offset":"18446744073709551104"`), want: corrupt, cs: true},
 		{name: "offset: segment at 2^63-1024, dynamic", js: m(`"offset":"294912"`, `"offset":"9223372036854774784"`), want: accepted, cs: true},
-		{name: "offset: segment size 2^63", js: m(`"size":"dynamic"`, `"size":"9223372036854775808"`), want: corrupt, cs: true},
-		{name: "offset: segment offset+size wraps 2^64", js: m(`"size":"dynamic"`, `"size":"18446744073709551104"`), want: corrupt, cs: true},
+		// A size beyond them loads (tests/luks2-validation-test
+		// "uint64-max-segment-size"); the data cannot be read.
+		{name: "offset: segment size 2^63", js: m(`"size":"dynamic"`, `"size":"9223372036854775808"`), want: accepted, cs: true, check: unreadable},
+		{name: "offset: segment offset+size wraps 2^64", js: m(`"size":"dynamic"`, `"size":"18446744073709551104"`), want: accepted, cs: true, check: unreadable},
 		{name: "offset: segment at 2^64", js: m(`"offset":"294912"`, `"offset":"18446744073709551616"`), want: corrupt}, // cryptsetup: "Illegal segment offset value"
 		{name: "offset: segment at -512", js: m(`"offset":"294912"`, `"offset":"-512"`), want: corrupt},                 // cryptsetup: "not in numbered form"
 		{name: "offset: area offset+size wraps 2^64", js: m(`"offset":"32768","size":"258048"`, `"offset":"18446744073709547520","size":"8192"`), want: corrupt},
