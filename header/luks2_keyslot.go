@@ -340,7 +340,8 @@ func (h *LUKS2) CheckSlot(slot int) error { return checkSlotRange(slot, luks2Max
 
 // VerifyVolumeKey checks vk against the data segment's digest.
 func (h *LUKS2) VerifyVolumeKey(vk []byte) bool {
-	return h.reencrypt == "" && h.dataErr() == nil && len(vk) == h.keyBytes() && h.Digests[h.digest].verify(vk)
+	d := h.Digests[h.digest]
+	return h.reencrypt == "" && d != nil && d.Type == "pbkdf2" && len(vk) == h.keyBytes() && d.verify(vk)
 }
 
 // NewSectorCipher is the data segment's cipher: its sector size, and its

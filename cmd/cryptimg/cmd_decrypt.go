@@ -149,6 +149,7 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", in, err)
 		}
+		e.AllowNullCipher = g.nullOK
 		return e, func() {}, nil
 	}
 	hf, err := openInput(g.header)
@@ -160,6 +161,7 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 		hf.Close()
 		return nil, nil, fmt.Errorf("%s: %w", in, err)
 	}
+	e.AllowNullCipher = g.nullOK
 	return e, func() { hf.Close() }, nil
 }
 

@@ -89,6 +89,7 @@ func openEncrypted(g *globalOptions, path string, open func(string) (*os.File, e
 		}
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
+	e.AllowNullCipher = g.nullOK
 	return f, e, nil
 }
 

@@ -184,6 +184,7 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 	}
 	defer clear(key)
 	e.AllowCost = g.slowKDF
+	e.AllowNullCipher = g.nullOK
 	uk, err := e.Unlock(key, slot)
 	var ce *image.CostError
 	if errors.As(err, &ce) && !g.batch && g.stdinIsTerminal() {
