@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	be "encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,4 +236,27 @@ func TestLUKS2AllowNullCipher(t *testing.T) {
 		t.Errorf("allowed null keyslot with a passphrase: exit %d, %q", r.code, r.stderr)
 	}
 	mustRun(t, "test-key", "--allow-null-cipher", "-d", k1, slot)
+}
+
+// TestLUKS2TokenImportNesting: a token nested deeper than LUKS2 metadata
+// may be (json-c's depth, counting the two objects around a token) is an
+// input error, exit 1, and the image is left as it was; one level less is
+// imported.
+func TestLUKS2TokenImportNesting(t *testing.T) {
+	dir := t.TempDir()
+	img, _, _, _ := unknownPartImage(t, dir)
+	token := func(n int) string {
+		return writeFile(t, filepath.Join(dir, fmt.Sprint("tok", n)),
+			`{"type":"x","keyslots":[],"d":`+strings.Repeat(`{"a":`, n)+"1"+strings.Repeat("}", n)+"}")
+	}
+	before := fileSHA(t, img)
+	r := cryptimg(t, "", "token", "import", "--json-file", token(29), img)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "too deeply nested") || strings.Contains(r.stderr, "internal error") {
+		t.Errorf("29 levels: exit %d, %q", r.code, r.stderr)
+	}
+	if fileSHA(t, img) != before {
+		t.Error("the refused import wrote to the image")
+	}
+	mustRun(t, "token", "import", "--json-file", token(28), img)
+	mustRun(t, "dump", img)
 }
