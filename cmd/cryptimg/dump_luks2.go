@@ -245,6 +245,9 @@ func writeDumpLUKS2Tail(w io.Writer, h *header.LUKS2) {
 	for _, n := range slices.Sorted(maps.Keys(h.Digests)) {
 		d := h.Digests[n]
 		fmt.Fprintf(w, "  %d: %s\n", n, d.Type)
+		if d.Type != "pbkdf2" {
+			continue // cryptsetup has no handler to print another type's fields
+		}
 		fmt.Fprintf(w, "\tHash:       %s\n", d.Hash)
 		fmt.Fprintf(w, "\tIterations: %d\n", d.Iterations)
 		writeHexLines(w, "\tSalt:       ", "\t            ", d.Salt)
