@@ -474,6 +474,7 @@ func TestLUKS2HostileJSON(t *testing.T) {
 			}
 			h.FirstFreeSlot()
 			h.UnlockCost(-1)
+			h.Problems()
 			if c.check != nil {
 				c.check(t, h)
 			}
