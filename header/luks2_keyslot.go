@@ -164,9 +164,9 @@ func (h *LUKS2) Unlock(r io.ReaderAt, base int64, passphrase []byte, slot int) (
 	return nil, -1, ErrNoMatchingKeyslot
 }
 
-// slotErr says why keyslot n cannot be opened, or nil: a type, KDF or
-// digest cryptimg does not know, a kernel crypto API cipher name, or the
-// null cipher unless allowed.
+// slotErr says why keyslot n cannot be opened, or nil: a type, KDF,
+// digest or cipher cryptimg does not know, a kernel crypto API cipher name,
+// or the null cipher unless allowed.
 func (h *LUKS2) slotErr(n int) error {
 	k := h.Keyslots[n]
 	where := fmt.Sprintf("keyslot %d", n)
@@ -189,8 +189,12 @@ func (h *LUKS2) slotErr(n int) error {
 		// (luks2_keyslot.c LUKS2_keyslot_cipher_incompatible).
 		return unusable("cipher %q is a kernel crypto API name, which a keyslot may not use", k.Area.Encryption)
 	}
-	if cipher.IsNull(k.Area.Encryption) && !h.allowNull {
-		return &NullCipherError{Object: where, Spec: k.Area.Encryption}
+	if cipher.IsNull(k.Area.Encryption) {
+		if !h.allowNull {
+			return &NullCipherError{Object: where, Spec: k.Area.Encryption}
+		}
+	} else if _, err := cipher.Parse(k.Area.Encryption); err != nil {
+		return fmt.Errorf("%s: %w", where, &UnsupportedCipherError{Spec: k.Area.Encryption})
 	}
 	return nil
 }

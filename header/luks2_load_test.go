@@ -126,6 +126,7 @@ func TestLUKS2LoadsWhatCryptsetupLoads(t *testing.T) {
 		// Hostile headers: a keyslot or segment under the null cipher,
 		// kernel crypto API names (cryptsetup 2.7, 2.8.1).
 		{name: "keyslot cipher_null", js: slot0(`"encryption":"aes-xts-plain64"`, `"encryption":"cipher_null-ecb"`), problem: `keyslot 0 is not encrypted (cipher "cipher_null-ecb")`, flags: slot1Unlocks | namedWhenNoMatch, slot0: `keyslot 0 is not encrypted`},
+		{name: "keyslot cipher unsupported", js: slot0(`"encryption":"aes-xts-plain64"`, `"encryption":"serpent-xts-plain64"`), problem: `keyslot 0: unsupported cipher "serpent-xts-plain64"`, flags: slot1Unlocks | namedWhenNoMatch, slot0: `keyslot 0: unsupported cipher "serpent-xts-plain64"`},
 		{name: "keyslot capi", js: slot0(`"encryption":"aes-xts-plain64"`, `"encryption":"capi:xts(aes)-plain64"`), problem: `keyslot 0: cipher "capi:xts(aes)-plain64" is a kernel crypto API name`, flags: slot1Unlocks | namedWhenNoMatch, slot0: "kernel crypto API"},
 		{name: "segment cipher_null", js: edit(`"encryption":"aes-xts-plain64","sector_size"`, `"encryption":"cipher_null-ecb","sector_size"`), problem: `segment 0 is not encrypted (cipher "cipher_null-ecb")`, flags: dataRefused, slot0: "segment 0 is not encrypted"},
 		{name: "segment capi", js: edit(`"encryption":"aes-xts-plain64","sector_size"`, `"encryption":"capi:xts(aes)-plain64","sector_size"`), problem: `segment 0: cipher "capi:xts(aes)-plain64" is a kernel crypto API name`, flags: dataRefused, slot0: "kernel crypto API"},
