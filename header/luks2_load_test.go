@@ -186,7 +186,7 @@ func TestLUKS2LoadsWhatCryptsetupLoads(t *testing.T) {
 
 // TestLUKS2KeepsUnknownKeyslot: a keyslot of an unknown type and one with
 // an unknown KDF survive adding a key to another slot byte for byte, and
-// so does a token of an unknown type.
+// so do a token and a second segment of unknown types.
 func TestLUKS2KeepsUnknownKeyslot(t *testing.T) {
 	area, vk := twoSlotArea(t)
 	h, _ := readL2(area)
@@ -196,6 +196,13 @@ func TestLUKS2KeepsUnknownKeyslot(t *testing.T) {
 	new1 := strings.Replace(ks1, `"type":"pbkdf2"`, `"type":"argon2"`, 1)
 	js = strings.Replace(strings.Replace(js, ks0, new0, 1), ks1, new1, 1)
 	js = strings.Replace(js, `"tokens":{}`, `"tokens":{"3":{"type":"x-future","keyslots":["1"],"z":[{}]}}`, 1)
+	// A second segment of an unknown type after a fixed-size data segment.
+	const seg1 = `"1":{"type":"some","offset":"17825792","size":"dynamic","x":[1]}`
+	if !strings.Contains(js, `"size":"dynamic","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":512}}`) {
+		t.Fatalf("segment 0 not found in %s", js)
+	}
+	js = strings.Replace(js, `"size":"dynamic","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":512}}`,
+		`"size":"1048576","iv_tweak":"0","encryption":"aes-xts-plain64","sector_size":512},`+seg1+`}`, 1)
 	setJSON(t, area, js)
 	h, err := readL2(area)
 	if err != nil {
@@ -214,7 +221,7 @@ func TestLUKS2KeepsUnknownKeyslot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{new0, new1, `"3":{"type":"x-future","keyslots":["1"],"z":[{}]}`} {
+	for _, want := range []string{new0, new1, `"3":{"type":"x-future","keyslots":["1"],"z":[{}]}`, seg1} {
 		if !bytes.Contains(got.JSON(), []byte(want)) {
 			t.Errorf("lost %s\nin %s", want, got.JSON())
 		}
