@@ -153,6 +153,9 @@ func (h *LUKS2) toLUKS1(r io.ReaderAt, base, size int64) (Header, []byte, error)
 	fail := func(format string, args ...any) (Header, []byte, error) {
 		return nil, nil, convertErr(1, format, args...)
 	}
+	if err := h.dataErr(); err != nil {
+		return nil, nil, err
+	}
 	d := h.Digests[h.digest]
 	if len(h.Digests) != 1 || d.Type != "pbkdf2" {
 		return fail("key slot digests are not LUKS1 compatible")

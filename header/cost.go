@@ -169,10 +169,10 @@ func (h *LUKS2) UnlockCost(slot int) Cost {
 	if slot != -1 {
 		try = []int{slot}
 	}
-	d := h.Digests[h.digest]
+	d := h.dataDigest()
 	for _, n := range try {
 		k := h.Keyslots[n]
-		if k == nil || k.Type != "luks2" {
+		if k == nil || k.Type != "luks2" || h.slotErr(n) != nil {
 			continue
 		}
 		t, mem, what := k.kdf().cost(k.Area.KeySize)

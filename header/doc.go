@@ -21,7 +21,11 @@
 //     slots crossing the payload, a file too small for its key slots), and a
 //     few more that cryptsetup would repair silently or fail on later
 //     (unterminated strings, unknown slot states, zero iterations, absurd key
-//     sizes). They never panic on malformed input.
+//     sizes). They never panic on malformed input. A LUKS2 header cryptsetup
+//     loads with parts cryptimg does not know (a keyslot, KDF, segment or
+//     digest type) or will not use (the null cipher, capi: names) loads;
+//     only what needs such a part fails, with an [*UnusableError] or a
+//     [*NullCipherError] (see [AllowNullCipher] and [LUKS2.Problems]).
 //   - Key material is encrypted with the header's own cipher, one 512-byte
 //     sector at a time with the IV sector restarting at 0 at the start of each
 //     slot's area. The ciphers are those of package cipher

@@ -69,3 +69,37 @@ type UnsupportedHashError struct {
 func (e *UnsupportedHashError) Error() string {
 	return fmt.Sprintf("unsupported hash %q (supported: sha1, sha256, sha512)", e.Hash)
 }
+
+// ErrNullCipher is wrapped by every *NullCipherError.
+var ErrNullCipher = errors.New("null cipher refused")
+
+// NullCipherError reports a LUKS2 keyslot or data segment whose cipher is
+// the null cipher: its key material or data is not encrypted, so anyone who
+// could write the header could have written it. It is refused unless the
+// caller allows it ([AllowNullCipher]).
+type NullCipherError struct {
+	Object string // "keyslot 0", "segment 0"
+	Spec   string // "cipher_null-ecb"
+}
+
+func (e *NullCipherError) Error() string {
+	return fmt.Sprintf("%s is not encrypted (cipher %q): refused", e.Object, e.Spec)
+}
+
+func (e *NullCipherError) Unwrap() error { return ErrNullCipher }
+
+// ErrUnusable is wrapped by every *UnusableError.
+var ErrUnusable = errors.New("a part of the header that cryptimg cannot use")
+
+// UnusableError reports a part of a LUKS2 header that cryptimg reads,
+// shows and keeps, but cannot use: a keyslot, digest or segment of a type or
+// with a KDF it does not know, or with a kernel crypto API cipher name. As
+// in cryptsetup, the header loads and only what needs that part fails.
+type UnusableError struct {
+	Object string // "keyslot 0", "segment 0", "digest 1"
+	Reason string
+}
+
+func (e *UnusableError) Error() string { return e.Object + ": " + e.Reason }
+
+func (e *UnusableError) Unwrap() error { return ErrUnusable }

@@ -124,6 +124,12 @@ func (h *LUKS2) putToken(id int, js []byte, slot int, builtin bool) (*Update, in
 	if err := json.Unmarshal(js, &m); err != nil || m == nil {
 		return nil, -1, fmt.Errorf("token JSON is not an object")
 	}
+	// In the metadata the token lies inside the top-level object and the
+	// tokens object: refuse here what the header would be refused for
+	// (jsonMaxDepth), rather than write a header cryptsetup cannot read.
+	if _, err := jsonc(slices.Concat([]byte(`{"tokens":{"0":`), js, []byte("}}"))); err != nil {
+		return nil, -1, fmt.Errorf("token JSON is too deeply nested for LUKS2 metadata (with the two objects around it, %v)", err)
+	}
 	t, err := decodeObject[Token](js)
 	if err != nil || t.Type == "" || m["keyslots"] == nil {
 		return nil, -1, fmt.Errorf("a token needs a string \"type\" and a \"keyslots\" array")

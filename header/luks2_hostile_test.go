@@ -195,6 +195,19 @@ func hostileCases(t testing.TB) []hostileCase {
 			}
 		}
 	}
+	problem := func(want string) func(*testing.T, *LUKS2) {
+		return func(t *testing.T, h *LUKS2) {
+			got := strings.Join(h.Problems(), "\n")
+			if (want == "") != (got == "") || !strings.Contains(got, want) {
+				t.Errorf("Problems %q, want %q", got, want)
+			}
+		}
+	}
+	unreadable := func(t *testing.T, h *LUKS2) {
+		if _, err := h.NewSectorCipher(make([]byte, 64)); !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "2^63") {
+			t.Errorf("NewSectorCipher: %v", err)
+		}
+	}
 	return []hostileCase{
 		// Deep nesting. json-c, as cryptsetup creates its tokener
 		// (depth 32), reads a value inside at most 31 arrays and
@@ -253,14 +266,17 @@ func hostileCases(t testing.TB) []hostileCase {
 		{name: "number: keyslot 4294967296", js: m(`"keyslots":{"0":`, `"keyslots":{"4294967296":`), want: corrupt},
 		{name: "number: token 2^64", js: m(tok, `"tokens":{"18446744073709551616":{"type":"x","keyslots":[]}},`), want: corrupt, cs: true}, // cryptimg keeps tokens to 0..31, as cryptsetup's API does
 
-		// Offsets that overflow: the data segment must be addressable
-		// (an int64 file offset, as Linux's loff_t); cryptsetup reads
-		// these headers but cannot open a device that large.
+		// Offsets that overflow: the data segment must start at an
+		// addressable byte (an int64 file offset, as Linux's loff_t);
+		// cryptsetup reads these headers but cannot open a device that
+		// large.
 		{name: "offset: segment at 2^63", js: m(`"offset":"294912"`, `"offset":"9223372036854775808"`), want: corrupt, cs: true},
 		{name: "offset: segment at 2^64-512", js: m(`"offset":"294912"`, `"offset":"18446744073709551104"`), want: corrupt, cs: true},
 		{name: "offset: segment at 2^63-1024, dynamic", js: m(`"offset":"294912"`, `"offset":"9223372036854774784"`), want: accepted, cs: true},
-		{name: "offset: segment size 2^63", js: m(`"size":"dynamic"`, `"size":"9223372036854775808"`), want: corrupt, cs: true},
-		{name: "offset: segment offset+size wraps 2^64", js: m(`"size":"dynamic"`, `"size":"18446744073709551104"`), want: corrupt, cs: true},
+		// A size beyond them loads (tests/luks2-validation-test
+		// "uint64-max-segment-size"); the data cannot be read.
+		{name: "offset: segment size 2^63", js: m(`"size":"dynamic"`, `"size":"9223372036854775808"`), want: accepted, cs: true, check: unreadable},
+		{name: "offset: segment offset+size wraps 2^64", js: m(`"size":"dynamic"`, `"size":"18446744073709551104"`), want: accepted, cs: true, check: unreadable},
 		{name: "offset: segment at 2^64", js: m(`"offset":"294912"`, `"offset":"18446744073709551616"`), want: corrupt}, // cryptsetup: "Illegal segment offset value"
 		{name: "offset: segment at -512", js: m(`"offset":"294912"`, `"offset":"-512"`), want: corrupt},                 // cryptsetup: "not in numbered form"
 		{name: "offset: area offset+size wraps 2^64", js: m(`"offset":"32768","size":"258048"`, `"offset":"18446744073709547520","size":"8192"`), want: corrupt},
@@ -361,6 +377,9 @@ func hostileCases(t testing.TB) []hostileCase {
 		{name: "overlap: keyslot 1 inside 0", js: twoSlots(32768, 258048, 65536, 131072), want: corrupt},
 		{name: "overlap: keyslot 0 inside 1", js: twoSlots(65536, 131072, 32768, 258048), want: corrupt},
 		{name: "overlap: by one byte", js: twoSlots(32768, 131072, 163839, 131072), want: corrupt},
+		// cryptsetup checks every keyslot's area (hdr_validate_areas),
+		// whatever its type.
+		{name: "overlap: a keyslot of an unknown type over keyslot 0", js: edit(t, twoSlots(32768, 131072, 98304, 131072), `"1":{"type":"luks2"`, `"1":{"type":"luks3"`), want: corrupt},
 		{name: "overlap: adjacent keyslots", js: twoSlots(32768, 131072, 163840, 131072), want: accepted, cs: true, check: slots(0, 1)},
 		{name: "overlap: area over the secondary copy", js: m(`"offset":"32768"`, `"offset":"28672"`), want: corrupt}, // cryptsetup: "Illegal area offset"
 		{name: "overlap: area at 0", js: m(`"offset":"32768"`, `"offset":"0"`), want: corrupt},
@@ -381,6 +400,18 @@ func hostileCases(t testing.TB) []hostileCase {
 		{name: "overlap: a gap in the segment numbers", js: edit(t, segs([4]string{"crypt", "294912", "1048576"}, [4]string{"crypt", "1343488", "dynamic"}), `"1":{`, `"2":{`, `"segments":["0","1"]`, `"segments":["0","2"]`), want: corrupt}, // cryptsetup: "Gap at key 1 in segments object"
 		{name: "overlap: a backup before the data", js: segs([4]string{"crypt", "294912", "1048576", `,"flags":["backup-previous"]`}, [4]string{"crypt", "1343488", "dynamic"}), want: corrupt},
 		{name: "overlap: a backup over the data", js: segs([4]string{"crypt", "294912", "dynamic"}, [4]string{"crypt", "294912", "dynamic", `,"flags":["backup-final"]`}), want: accepted, cs: true},
+
+		// Parts cryptimg does not know load, as in cryptsetup
+		// (docs/LUKS2-VALIDATION.md), and are named by Problems.
+		{name: "unknown: keyslot type", js: edit(t, b, `"1":{"type":"luks2"`, `"1":{"type":"luks3"`), want: accepted, cs: true, check: problem(`keyslot 1: type "luks3"`)},
+		{name: "unknown: keyslot kdf", js: m(`"type":"pbkdf2","hash":"sha256","iterations":1000,"salt"`, `"type":"argon2","time":4,"memory":32,"cpus":1,"salt"`), want: accepted, cs: true, check: problem(`kdf "argon2"`)},
+		{name: "unknown: segment type", js: segs([4]string{"some_type", "294912", "dynamic"}), want: accepted, cs: true, check: problem(`segment 0: type "some_type"`)},
+		{name: "unknown: second segment type", js: segs([4]string{"crypt", "294912", "512"}, [4]string{"some", "295424", "dynamic"}), want: accepted, cs: true, check: problem(`segment 1: type "some"`)},
+		{name: "unknown: digest type", js: m(`"type":"pbkdf2","keyslots"`, `"type":"pbkdf3","keyslots"`), want: accepted, cs: true, check: problem(`digest 0: type "pbkdf3"`)},
+		{name: "unknown: token type", js: m(tok, `"tokens":{"0":{"type":"x-future","keyslots":["0"]}},`), want: accepted, cs: true, check: problem("")},
+		{name: "hostile: keyslot cipher_null", js: m(`"encryption":"aes-xts-plain64","key_size":64}`, `"encryption":"cipher_null-ecb","key_size":64}`), want: accepted, cs: true, check: problem("keyslot 0 is not encrypted")},
+		{name: "hostile: segment cipher_null", js: m(`"encryption":"aes-xts-plain64","sector_size"`, `"encryption":"cipher_null","sector_size"`), want: accepted, cs: true, check: problem("segment 0 is not encrypted")},
+		{name: "hostile: segment capi", js: m(`"encryption":"aes-xts-plain64","sector_size"`, `"encryption":"capi:xts(aes)-plain64","sector_size"`), want: accepted, cs: true, check: problem("kernel crypto API")},
 
 		// Copies that disagree (a: keyslot 0; b: keyslots 0 and 1): the
 		// valid copy with the higher seqid wins, the primary on a tie;
@@ -443,6 +474,7 @@ func TestLUKS2HostileJSON(t *testing.T) {
 			}
 			h.FirstFreeSlot()
 			h.UnlockCost(-1)
+			h.Problems()
 			if c.check != nil {
 				c.check(t, h)
 			}

@@ -82,6 +82,9 @@ func (h *LUKS2) checkDataCipher() error {
 		_, err := s.authMode()
 		return err
 	}
+	if cipher.IsNull(s.Encryption) { // dataErr decides
+		return nil
+	}
 	if _, err := cipher.Parse(s.Encryption); err != nil {
 		return &UnsupportedCipherError{Spec: s.Encryption}
 	}
@@ -92,6 +95,9 @@ func (h *LUKS2) checkDataCipher() error {
 // with integrity.
 func (h *LUKS2) NewAuthSector(volumeKey []byte) (cipher.AuthSector, error) {
 	if err := h.unfinished(); err != nil {
+		return nil, err
+	}
+	if err := h.dataErr(); err != nil {
 		return nil, err
 	}
 	s := h.data()
@@ -115,7 +121,11 @@ func (h *LUKS1) NewAuthSector([]byte) (cipher.AuthSector, error) { return nil, E
 // lib/luks2/luks2_keyslot.c, LUKS2_keyslot_cipher_incompatible and
 // crypt_keyslot_get_encryption).
 func keyslotCipher(encryption string, authenticated bool, keyBytes int) (string, int) {
-	if authenticated {
+	// cryptsetup's keyslot cipher where the segment's cannot serve
+	// (luks2_keyslot.c LUKS2_keyslot_cipher_incompatible): an
+	// authenticated segment, or the null cipher, which a new keyslot
+	// never gets.
+	if authenticated || cipher.IsNull(encryption) {
 		return "aes-xts-plain64", 64
 	}
 	return encryption, keyBytes

@@ -1,8 +1,8 @@
 package header
 
-// LUKS2 JSON metadata, validated the way cryptsetup 2.6.1's
+// LUKS2 JSON metadata, validated the way cryptsetup 2.6 to 2.8's
 // LUKS2_hdr_validate does (lib/luks2/luks2_json_metadata.c), as summarised
-// in reference/luks.md §10.
+// in docs/LUKS2-VALIDATION.md.
 
 import (
 	"bytes"
@@ -128,6 +128,7 @@ type Segment struct {
 	Integrity  json.RawMessage   `json:"integrity,omitempty"`
 	Flags      []string          `json:"flags,omitempty"`
 	size       uint64            // Size as a number; 0 for dynamic
+	beyond     bool              // offset+size reach beyond 2^63 bytes
 	integrity  *SegmentIntegrity // Integrity parsed, or nil
 	rawObject
 }
@@ -181,6 +182,7 @@ type LUKS2 struct {
 	seg       int                        // the data segment
 	digest    int                        // its digest
 	reencrypt string                     // the reencryption requirement, if any
+	allowNull bool                       // AllowNullCipher
 	busy      bool                       // marked by an unfinished cryptimg operation (busyRequirement)
 }
 
@@ -317,15 +319,17 @@ func (h *LUKS2) validate(size int64) error {
 	}
 	for n, d := range h.Digests {
 		where := fmt.Sprintf("digest %d", n)
-		if d.Type != "pbkdf2" {
-			return parseErrorf(where, "unsupported type %q", d.Type)
-		}
-		hf, err := luks2Hash(where, d.Hash)
-		if err != nil {
-			return err
-		}
-		if d.Iterations == 0 || len(d.Salt) != 32 || (len(d.Digest) != 20 && len(d.Digest) != hf().Size()) {
-			return parseErrorf(where, "bad iterations, salt or digest length")
+		// cryptsetup checks only a digest's type string and its lists when
+		// it loads a header (hdr_validate_digests); a digest of another type
+		// loads, and its keyslots cannot be opened (unusableDigest).
+		if d.Type == "pbkdf2" {
+			hf, err := luks2Hash(where, d.Hash)
+			if err != nil {
+				return err
+			}
+			if d.Iterations == 0 || len(d.Salt) != 32 || (len(d.Digest) != 20 && len(d.Digest) != hf().Size()) {
+				return parseErrorf(where, "bad iterations, salt or digest length")
+			}
 		}
 		for _, k := range d.Keyslots {
 			if h.keyslot(k) == nil {
@@ -352,12 +356,19 @@ func (h *LUKS2) validate(size int64) error {
 			}
 			s.size = uint64(v)
 		}
-		// Files and devices end before 2^63 bytes (an int64 offset).
-		if s.Offset > math.MaxInt64 || s.size > math.MaxInt64-uint64(s.Offset) {
-			return parseErrorf(where, "offset %d and size %d reach beyond 2^63 bytes", s.Offset, s.size)
+		// Files and devices end before 2^63 bytes (an int64 offset): a
+		// segment starting there is refused, one whose size reaches there
+		// loads (as in cryptsetup, whose tests/luks2-validation-test
+		// loads a size of 2^64-512) and cannot be read (dataErr).
+		if s.Offset > math.MaxInt64 {
+			return parseErrorf(where, "offset %d lies beyond 2^63 bytes", s.Offset)
 		}
+		s.beyond = s.size > math.MaxInt64-uint64(s.Offset)
 		if s.Type != "crypt" {
-			continue // linear and hw-opal segments pass as long as their common fields do
+			// linear, hw-opal and unknown types pass as long as their
+			// common fields do (cryptsetup hdr_validate_segments;
+			// tests/luks2-validation-test "segment-unknown-type").
+			continue
 		}
 		if s.Encryption == "" || s.SectorSize < 512 || s.SectorSize > 4096 || s.SectorSize&(s.SectorSize-1) != 0 {
 			return parseErrorf(where, "bad encryption %q or sector size %d", s.Encryption, s.SectorSize)
@@ -376,11 +387,21 @@ func (h *LUKS2) validate(size int64) error {
 			h.seg = n
 		}
 	}
+	if len(h.Segments) == 0 {
+		return parseErrorf("segments", "no segment")
+	}
 	if err := h.checkSegmentLayout(); err != nil {
 		return err
 	}
 	if h.seg < 0 {
-		return parseErrorf("segments", "no crypt segment")
+		// No crypt segment: the data segment is the first regular one,
+		// which cryptimg cannot read (dataErr).
+		for _, n := range slices.Sorted(maps.Keys(h.Segments)) {
+			if !slices.ContainsFunc(h.Segments[n].Flags, func(f string) bool { return strings.HasPrefix(f, "backup-") }) {
+				h.seg = n
+				break
+			}
+		}
 	}
 	h.digest = h.digestOf("segments", h.seg)
 	hdr := uint64(h.bin.HdrSize)
@@ -423,6 +444,9 @@ func (h *LUKS2) validate(size int64) error {
 		if afSectors(uint64(k.KeySize), Stripes)*SectorSize > uint64(k.Area.Size) {
 			return parseErrorf(where, "area of %d bytes is too small for its key material", k.Area.Size)
 		}
+		// cryptsetup checks the fields of the KDFs it knows and lets
+		// another type load (luks2_keyslot_luks2.c luks2_keyslot_validate);
+		// such a keyslot cannot be opened (slotErr).
 		switch k.KDF.Type {
 		case "pbkdf2":
 			if _, err := luks2Hash(where, k.KDF.Hash); err != nil {
@@ -435,8 +459,6 @@ func (h *LUKS2) validate(size int64) error {
 			if k.KDF.Time == 0 || k.KDF.Memory < 32 || k.KDF.Memory > argon2MaxMemory || k.KDF.CPUs == 0 || k.KDF.CPUs > 255 {
 				return parseErrorf(where, "argon2 time %d, memory %d KiB, cpus %d out of range", k.KDF.Time, k.KDF.Memory, k.KDF.CPUs)
 			}
-		default:
-			return parseErrorf(where, "unsupported kdf %q", k.KDF.Type)
 		}
 		in := 0
 		for _, d := range h.Digests {
@@ -474,6 +496,12 @@ func (h *LUKS2) checkSegmentLayout() error {
 	}
 	if n > 0 && regular == 0 {
 		return parseErrorf("segments", "only backup segments")
+	}
+	for i := range regular {
+		a := h.Segments[i]
+		if regular > 1 && a.Size != "dynamic" && a.size > math.MaxUint64-uint64(a.Offset) {
+			return parseErrorf(fmt.Sprintf("segment %d", i), "offset %d and size %d wrap 2^64", a.Offset, a.size)
+		}
 	}
 	for i := range regular {
 		a := h.Segments[i]

@@ -100,6 +100,9 @@ func (h *LUKS2) Rekey(p Params, keep map[int][]byte, room int64) (Header, []byte
 	if err := h.writable(); err != nil {
 		return nil, nil, nil, err
 	}
+	if err := h.dataErr(); err != nil {
+		return nil, nil, nil, err
+	}
 	if len(keep) == 0 {
 		return nil, nil, nil, fmt.Errorf("header: no key slot to keep")
 	}

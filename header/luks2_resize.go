@@ -21,6 +21,9 @@ func (h *LUKS2) WithDataSize(size int64) (*Update, error) {
 	if err := h.writable(); err != nil {
 		return nil, err
 	}
+	if err := h.dataErr(); err != nil {
+		return nil, err
+	}
 	s := h.data()
 	if s.integrity != nil {
 		return nil, fmt.Errorf("%w: the size of an integrity segment is the dm-integrity device's", ErrAuthenticated)

@@ -150,6 +150,8 @@ func FuzzLUKS2(f *testing.F) {
 		h.ActiveSlots()
 		h.FirstFreeSlot()
 		h.BackupSize()
+		h.UnlockCost(-1)
+		h.(*LUKS2).Problems()
 	})
 }
 

@@ -66,6 +66,7 @@ func (h *LUKS2) commit(n *LUKS2, pre, post []Write, rnd io.Reader) (*Update, err
 	writes := append(slices.Clone(pre),
 		Write{Offset: 0, Data: meta[:hdr], What: "LUKS2 primary header", Sync: true},
 		Write{Offset: hdr, Data: meta[hdr:], What: "LUKS2 secondary header", Sync: true})
+	got.allowNull = n.allowNull
 	return &Update{Writes: append(writes, post...), Header: got}, nil
 }
 
@@ -117,6 +118,9 @@ func (h *LUKS2) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.
 	}
 	if h.Keyslots[slot] != nil {
 		return nil, fmt.Errorf("key slot %d is in use", slot)
+	}
+	if err := h.dataErr(); err != nil {
+		return nil, err
 	}
 	if !h.VerifyVolumeKey(volumeKey) {
 		return nil, fmt.Errorf("header: the volume key does not match the digest")

@@ -123,6 +123,11 @@ type Encrypted struct {
 	// it an estimate over MaxUnlockTime or the memory limit (half of the
 	// RAM) is refused with a *CostError before any work starts.
 	AllowCost bool
+	// AllowNullCipher lets Unlock and KeyFromVolumeKey use a LUKS2 keyslot
+	// or data segment under the null cipher, which they refuse by default
+	// (header.ErrNullCipher): such a keyslot opens only with an empty
+	// passphrase, and such data is not encrypted at all.
+	AllowNullCipher bool
 
 	f    io.ReaderAt
 	hf   io.ReaderAt // the file holding the header: f, or a detached header file
@@ -333,11 +338,20 @@ func (e *Encrypted) Unlock(passphrase []byte, slot int) (*Key, error) {
 	if err := e.checkCost(slot); err != nil {
 		return nil, err
 	}
-	vk, used, err := e.Header.Unlock(e.hdr(), e.HeaderOffset, passphrase, slot)
+	h := e.policy()
+	vk, used, err := h.Unlock(e.hdr(), e.HeaderOffset, passphrase, slot)
 	if err != nil {
 		return nil, err
 	}
-	return newKey(e.Header, vk, used)
+	return newKey(h, vk, used)
+}
+
+// policy is the header as the caller allows it to be used (AllowNullCipher).
+func (e *Encrypted) policy() header.Header {
+	if e.AllowNullCipher {
+		return header.AllowNullCipher(e.Header)
+	}
+	return e.Header
 }
 
 // newKey wraps a volume key of h, which it takes over, with its cipher.

@@ -117,10 +117,11 @@ func randOr(r io.Reader) io.Reader {
 // the header's master key digest (cryptsetup --volume-key-file). The
 // volume key is copied; a mismatch gives ErrVolumeKeyMismatch.
 func (e *Encrypted) KeyFromVolumeKey(vk []byte) (*Key, error) {
-	if !e.Header.VerifyVolumeKey(vk) {
+	h := e.policy()
+	if !h.VerifyVolumeKey(vk) {
 		return nil, ErrVolumeKeyMismatch
 	}
-	return newKey(e.Header, bytes.Clone(vk), -1)
+	return newKey(h, bytes.Clone(vk), -1)
 }
 
 // TestKey reports which slot passphrase opens (slot -1 tries them all),

@@ -164,6 +164,7 @@ func runClone(cmd *cobra.Command, g *globalOptions, o cloneOptions, in, out stri
 			return fmt.Errorf("--keep-key-file %s: %w", kf, err)
 		}
 		keep = append(keep, p)
+		e.AllowNullCipher = g.nullOK
 		kk, err := e.Unlock(p, -1)
 		if err != nil {
 			return fmt.Errorf("--keep-key-file %s: %w", kf, err)

@@ -150,6 +150,7 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 			return nil, nil, fmt.Errorf("%s: %w", in, err)
 		}
 		warnHeaderCopy(g, in, e.Header)
+		e.AllowNullCipher = g.nullOK
 		return e, func() {}, nil
 	}
 	hf, err := openInput(g.header)
@@ -162,6 +163,7 @@ func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func
 		return nil, nil, fmt.Errorf("%s: %w", in, err)
 	}
 	warnHeaderCopy(g, g.header, e.Header)
+	e.AllowNullCipher = g.nullOK
 	return e, func() { hf.Close() }, nil
 }
 

@@ -109,6 +109,7 @@ func readEncrypted(g *globalOptions, path string, open func(string) (*os.File, e
 		}
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
+	e.AllowNullCipher = g.nullOK
 	return f, e, nil
 }
 

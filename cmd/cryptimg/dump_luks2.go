@@ -31,6 +31,7 @@ type luks2JSON struct {
 	PayloadSize  int64              `json:"payload_size"`
 	ReadOnly     bool               `json:"metadata_read_only"`
 	Warning      string             `json:"warning,omitempty"`
+	Unusable     []string           `json:"unusable,omitempty"`
 	Metadata     json.RawMessage    `json:"metadata"`
 	Keyslots     []luks2KeyslotJSON `json:"keyslots"`
 	Tokens       map[string]string  `json:"tokens"`
@@ -62,6 +63,12 @@ func priorityName(k *header.Keyslot) string {
 // metadata, or (--json) a summary with the metadata inside. A damaged
 // header copy is left as it is (openImage warned about it).
 func dumpLUKS2(g *globalOptions, o dumpOptions, path string, e *image.Encrypted, h *header.LUKS2) error {
+	// Parts cryptsetup loads and cryptimg keeps, shows and will not use:
+	// one warning line each, on stderr, so that the dump stays luksDump's.
+	problems := h.Problems()
+	for _, p := range problems {
+		fmt.Fprintf(g.stderr, "cryptimg: warning: %s: %s\n", path, p)
+	}
 	if o.dumpJSON {
 		var buf bytes.Buffer
 		if err := json.Indent(&buf, h.JSON(), "", "  "); err != nil {
@@ -77,7 +84,7 @@ func dumpLUKS2(g *globalOptions, o dumpOptions, path string, e *image.Encrypted,
 			Path: path, Format: string(e.Format), Version: 2, UUID: i.UUID, Label: h.Label(), Subsystem: h.Subsystem(),
 			Epoch: h.SeqID(), MetadataSize: h.MetadataSize(), KeyslotsSize: uint64(h.Config.KeyslotsSize),
 			Cipher: i.Cipher, KeyBits: i.KeyBytes * 8, SectorSize: i.SectorSize, Offset: i.PayloadOffset,
-			PayloadSize: e.PayloadSize, ReadOnly: h.ReadOnly, Warning: h.Warning, Metadata: h.JSON(),
+			PayloadSize: e.PayloadSize, ReadOnly: h.ReadOnly, Warning: h.Warning, Unusable: problems, Metadata: h.JSON(),
 			Keyslots: []luks2KeyslotJSON{}, Tokens: map[string]string{}, Requirements: []string{}, Flags: []string{},
 		}
 		for _, n := range slices.Sorted(maps.Keys(h.Keyslots)) {
@@ -140,15 +147,19 @@ func writeDumpLUKS2(w io.Writer, h *header.LUKS2) {
 		} else {
 			fmt.Fprintf(w, "\tlength: %s [bytes]\n", s.Size)
 		}
-		if s.Type == "crypt" {
+		// cryptsetup prints the cipher and sector size of a segment of
+		// any type that has them.
+		if s.Type == "crypt" || s.Encryption != "" {
 			fmt.Fprintf(w, "\tcipher: %s\n", s.Encryption)
+		}
+		if s.Type == "crypt" || s.SectorSize != 0 {
 			fmt.Fprintf(w, "\tsector: %d [bytes]\n", s.SectorSize)
-			if si := s.IntegrityObject(); si != nil {
-				fmt.Fprintf(w, "\tintegrity: %s\n", si.Type)
-			}
+		}
+		if si := s.IntegrityObject(); si != nil {
+			fmt.Fprintf(w, "\tintegrity: %s\n", si.Type)
 		}
 		if len(s.Flags) > 0 {
-			fmt.Fprintf(w, "\tflags : %s\n", list(s.Flags, "", ""))
+			fmt.Fprintf(w, "\tflags : %s\n", strings.Join(s.Flags, ", "))
 		}
 	}
 	fmt.Fprintf(w, "\nKeyslots:\n")
@@ -175,11 +186,13 @@ func writeDumpLUKS2(w io.Writer, h *header.LUKS2) {
 			if k.Area.ShiftSize != 0 {
 				fmt.Fprintf(w, "\tShift size: %d [bytes]\n", uint64(k.Area.ShiftSize))
 			}
-		default:
-			continue
 		}
-		fmt.Fprintf(w, "\tArea offset:%d [bytes]\n", uint64(k.Area.Offset))
-		fmt.Fprintf(w, "\tArea length:%d [bytes]\n", uint64(k.Area.Size))
+		if k.Type == "luks2" || k.Type == "reencrypt" {
+			fmt.Fprintf(w, "\tArea offset:%d [bytes]\n", uint64(k.Area.Offset))
+			fmt.Fprintf(w, "\tArea length:%d [bytes]\n", uint64(k.Area.Size))
+		}
+		// A keyslot of a type cryptsetup has no handler for shows its
+		// type, key size, priority and digest only.
 		for _, d := range slices.Sorted(maps.Keys(h.Digests)) {
 			if slices.Contains(h.Digests[d].Keyslots, fmt.Sprint(n)) {
 				fmt.Fprintf(w, "\tDigest ID:  %d\n", d)
@@ -229,6 +242,9 @@ func writeDumpLUKS2Tail(w io.Writer, h *header.LUKS2) {
 	for _, n := range slices.Sorted(maps.Keys(h.Digests)) {
 		d := h.Digests[n]
 		fmt.Fprintf(w, "  %d: %s\n", n, d.Type)
+		if d.Type != "pbkdf2" {
+			continue // cryptsetup has no handler to print another type's fields
+		}
 		fmt.Fprintf(w, "\tHash:       %s\n", d.Hash)
 		fmt.Fprintf(w, "\tIterations: %d\n", d.Iterations)
 		writeHexLines(w, "\tSalt:       ", "\t            ", d.Salt)

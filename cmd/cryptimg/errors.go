@@ -36,6 +36,8 @@ func hint(err error) string {
 		return "decrypt --allow-corrupt writes the other sectors, these as zeros"
 	case errors.Is(err, image.ErrCorrupt):
 		return "cryptimg verify lists every failing sector; decrypt --allow-corrupt writes the others"
+	case errors.Is(err, header.ErrNullCipher):
+		return "pass --allow-null-cipher to use it anyway (anyone who can write the image could have written that part)"
 	case errors.Is(err, header.ErrNotAuthenticated):
 		return "verify is for images made with --integrity"
 	}
@@ -77,6 +79,13 @@ func exitCode(err error) int {
 		return exitBusy
 	case errors.Is(err, image.ErrJournalCorrupt):
 		return exitBadImage
+	case errors.Is(err, header.ErrNullCipher), errors.Is(err, header.ErrUnusable):
+		// A header cryptsetup loads (dump shows it) with a keyslot or
+		// segment cryptimg will not use: not corrupt, so not 4; not a
+		// wrong passphrase either, which cryptsetup's 2 for a refused
+		// null-cipher keyslot (EPERM) would tell a script. A refusal a
+		// flag can lift, as --allow-slow-kdf's.
+		return exitFailure
 	case errors.Is(err, header.ErrNotLUKS),
 		errors.Is(err, header.ErrCorrupt),
 		errors.Is(err, image.ErrTruncated),

@@ -58,6 +58,7 @@ type globalOptions struct {
 	quiet    bool
 	batch    bool // --batch-mode: no confirmations, no passphrase verification
 	slowKDF  bool // --allow-slow-kdf: unlock whatever the key derivation costs
+	nullOK   bool // --allow-null-cipher: use a LUKS2 keyslot or segment that is not encrypted
 	progress string
 	jobs     int
 	chunk    int    // --chunk-size in bytes; 0 = the pipeline's default
@@ -131,6 +132,7 @@ type the passphrase at the terminal prompt.
 	f.BoolVar(&g.quiet, "quiet", false, "print nothing but errors")
 	f.BoolVarP(&g.batch, "batch-mode", "q", false, "do not ask for confirmation or to verify a new passphrase (as cryptsetup -q)")
 	f.BoolVar(&g.slowKDF, "allow-slow-kdf", false, "unlock even when the header asks for over a minute of key derivation or over half of the RAM")
+	f.BoolVar(&g.nullOK, "allow-null-cipher", false, "use a LUKS2 keyslot or data segment under the null cipher (cipher_null: not encrypted), which is refused otherwise; such a keyslot opens only with an empty passphrase")
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
 	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")

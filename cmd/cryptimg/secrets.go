@@ -200,6 +200,7 @@ func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, promp
 	}
 	defer clear(key)
 	e.AllowCost = g.slowKDF
+	e.AllowNullCipher = g.nullOK
 	start := time.Now()
 	uk, err := e.Unlock(key, slot)
 	g.kdf += time.Since(start)
