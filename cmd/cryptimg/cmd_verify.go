@@ -54,6 +54,10 @@ type verifyReport struct {
 	Bytes       int64        `json:"bytes"`
 	Seconds     float64      `json:"seconds"`
 	Corrupt     *corruptJSON `json:"corrupt,omitempty"`
+	// Error and ExitCode are set when sectors fail: the report is then
+	// the one JSON object a failed command prints.
+	Error    string `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
 	volumeJSON
 }
 
@@ -113,22 +117,23 @@ func runVerify(cmd *cobra.Command, g *globalOptions, o verifyOptions, name strin
 	}
 	rep := verifyReport{MessageType: "verify", Image: name, OK: r.Corrupt == nil, Sectors: r.Sectors, Bytes: r.Bytes,
 		Seconds: time.Since(start).Seconds(), volumeJSON: volumeOf(e.Header, k.Slot)}
+	var failed error
 	if r.Corrupt != nil {
 		rep.Corrupt = corruptOf(r.Corrupt)
+		failed = &verifyFailed{image: name, corrupt: r.Corrupt}
+		rep.Error, rep.ExitCode = oneLine(failed.Error()), exitCode(failed)
 	}
 	switch {
 	case o.json:
 		if err := json.NewEncoder(g.stdout).Encode(rep); err != nil {
 			return err
 		}
+		g.jsonReported = true
 	case r.Corrupt == nil && !g.quiet:
 		fmt.Fprintf(g.stderr, "cryptimg: verified %s: %d sectors (%s), every tag matches (%.2fs)\n",
 			name, r.Sectors, humanBytes(r.Bytes), rep.Seconds)
 	}
-	if r.Corrupt != nil {
-		return &verifyFailed{image: name, corrupt: r.Corrupt}
-	}
-	return nil
+	return failed
 }
 
 // verifyFailed is verify's finding of bad sectors: it lists them, where

@@ -202,6 +202,11 @@ func TestIntegrityTamper(t *testing.T) {
 			if rep.OK || rep.Corrupt == nil || rep.Corrupt.Count != 2 || fmt.Sprint(rep.Corrupt.Sectors) != fmt.Sprint(want) {
 				t.Fatalf("verify report %+v, want sectors %v", rep.Corrupt, want)
 			}
+			// The report is the one JSON object of the failure: it carries
+			// the error and the exit code, and no error object follows it.
+			if rep.ExitCode != 4 || !strings.Contains(rep.Error, "2 sectors fail the integrity check") {
+				t.Fatalf("verify report: error %q, exit_code %d; want the failure and 4", rep.Error, rep.ExitCode)
+			}
 			// Without --json: one line that lists both, and points on to
 			// decrypt rather than back to verify.
 			r = cryptimg(t, "", "verify", "-d", key, img)

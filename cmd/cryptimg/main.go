@@ -71,6 +71,10 @@ type globalOptions struct {
 	// newlineKeys names the passphrase key files read that end in a
 	// newline, for the hint when no key slot matches (keyHint).
 	newlineKeys []string
+	// jsonReported is set by a command whose --json result, already on
+	// stdout, carries its failure (verify's report of bad sectors): the
+	// error object is then not printed as a second object.
+	jsonReported bool
 	// graceful, once set by a command (open in the foreground), makes a
 	// signal wait for the command to unwind instead of forcing an exit
 	// after a second; a second signal still forces it.
@@ -228,7 +232,7 @@ func execute(ctx context.Context, g *globalOptions, args []string) int {
 	if kh != "" {
 		fmt.Fprintf(g.stderr, "cryptimg: hint: %s\n", kh)
 	}
-	if jsonFlag(cmd, args) {
+	if jsonFlag(cmd, args) && !g.jsonReported {
 		var hints []string
 		for _, s := range []string{h, kh} {
 			if s != "" {
