@@ -50,3 +50,7 @@ func Locked(b []byte) bool { return locked(b) }
 // much as the system allows. Call it first thing in main; on systems other
 // than Linux it does nothing.
 func Harden() error { return harden() }
+
+// Owns reports whether b starts a live allocation of Alloc, in memory of
+// its own; always false on systems other than Linux.
+func Owns(b []byte) bool { return owns(b) }

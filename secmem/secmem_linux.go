@@ -20,9 +20,22 @@ var (
 	regions = map[unsafe.Pointer]region{}
 )
 
+// maxRegions bounds the live allocations. A process holds a few dozen
+// secrets at most; a caller that never frees (a test making thousands of
+// ciphers) gets the Go heap past this point, rather than pushing the
+// process towards vm.max_map_count (65530 by default), where the Go
+// runtime's own next mapping would fail and kill it.
+const maxRegions = 8192
+
 func alloc(n int) []byte {
 	if n <= 0 {
 		return []byte{}
+	}
+	mu.Lock()
+	full := len(regions) >= maxRegions
+	mu.Unlock()
+	if full {
+		return make([]byte, n)
 	}
 	page := unix.Getpagesize()
 	size := (n + page - 1) / page * page
@@ -82,4 +95,14 @@ func harden() error {
 		unix.Setrlimit(unix.RLIMIT_MEMLOCK, &l)
 	}
 	return nil
+}
+
+func owns(b []byte) bool {
+	if cap(b) == 0 {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := regions[unsafe.Pointer(unsafe.SliceData(b))]
+	return ok
 }

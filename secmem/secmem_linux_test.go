@@ -110,9 +110,15 @@ func TestAllocLockedNotDumped(t *testing.T) {
 	} else {
 		t.Logf("locking not allowed here; Locked %v", Locked(b))
 	}
+	if !Owns(b) {
+		t.Error("Owns(b) is false")
+	}
 	Free(b)
 	if _, _, ok := mapping(t, p); ok {
 		t.Error("the mapping survives Free")
+	}
+	if Owns(b) {
+		t.Error("Owns(b) after Free")
 	}
 }
 
@@ -206,5 +212,30 @@ func TestHarden(t *testing.T) {
 	}
 	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
 		t.Errorf("not dumpable: %v", err)
+	}
+}
+
+// TestMaxRegions: past maxRegions live allocations, Alloc falls back to the
+// Go heap instead of adding mappings.
+func TestMaxRegions(t *testing.T) {
+	var bs [][]byte
+	defer func() {
+		for _, b := range bs {
+			Free(b)
+		}
+	}()
+	mu.Lock()
+	n := maxRegions - len(regions)
+	mu.Unlock()
+	for range n {
+		bs = append(bs, Alloc(16))
+	}
+	if !Owns(bs[len(bs)-1]) {
+		t.Fatal("allocation below the bound is not a mapping")
+	}
+	b := Alloc(16)
+	bs = append(bs, b)
+	if Owns(b) || len(b) != 16 {
+		t.Fatalf("allocation past the bound: Owns %v, %d bytes", Owns(b), len(b))
 	}
 }
