@@ -16,7 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/secmem"
 )
+
+// maxVolumeKey is the longest volume key the parent can pass: LUKS2's
+// limit on a key slot's key_size (the authenticated aes-xts-plain64 modes
+// already need 96 bytes, 64 for XTS and 32 for the MAC).
+const maxVolumeKey = 512
 
 // startBackground re-runs open in a detached child that takes the
 // unlocked volume key through a pipe, and returns once the child says the
@@ -93,12 +99,18 @@ func childKey(e *image.Encrypted, slot int) (*image.Key, error) {
 		return nil, errors.New("no key pipe")
 	}
 	defer f.Close()
-	vk, err := io.ReadAll(io.LimitReader(f, 64))
-	if err != nil {
+	// Read straight into locked memory: io.ReadAll would leave the key in
+	// the buffers it grows.
+	buf := secmem.Alloc(maxVolumeKey + 1)
+	defer secmem.Free(buf)
+	n, err := io.ReadFull(f, buf)
+	if err != io.ErrUnexpectedEOF {
+		if err == nil {
+			err = errors.New("the key passed is too long")
+		}
 		return nil, err
 	}
-	defer clear(vk)
-	return e.KeyFromVolume(vk, slot)
+	return e.KeyFromVolume(buf[:n], slot)
 }
 
 // reportReady tells the waiting parent (fd 4) that the mount is up, or why
