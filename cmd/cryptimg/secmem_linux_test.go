@@ -199,3 +199,30 @@ func checkSecretsHeld(t *testing.T, mnt string, uid int) {
 		t.Errorf("the open process's secret mappings are not locked (RLIMIT_MEMLOCK %d)", l.Cur)
 	}
 }
+
+// TestOpenBackgroundLongKey: the parent passes the whole volume key to the
+// background process, also the 96 bytes of aes-xts-plain64 with
+// hmac(sha256) integrity (the child read at most 64 and refused the key).
+func TestOpenBackgroundLongKey(t *testing.T) {
+	requireFUSE(t)
+	dir := t.TempDir()
+	plain := randomFile(t, dir, "plain.raw", 1<<20)
+	fx := openFixture{dir: dir, img: filepath.Join(dir, "disk.luks"), key: writeFile(t, filepath.Join(dir, "key"), "long key"),
+		mnt: filepath.Join(dir, "mnt"), size: 1 << 20}
+	if err := os.Mkdir(fx.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, ok := findMount(fx.mnt); ok {
+			lazyUnmount(fx.mnt)
+		}
+	})
+	mustRun(t, "encrypt", "-d", fx.key, "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
+		"--cipher", "aes-xts-plain64", "--integrity", "hmac-sha256", plain, fx.img)
+	fx.openBackground(t)
+	want, _ := os.ReadFile(plain)
+	if got, err := os.ReadFile(filepath.Join(fx.mnt, "disk.raw")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("plaintext through the mount differs (%v)", err)
+	}
+	mustRun(t, "close", fx.mnt)
+}
