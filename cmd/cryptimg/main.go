@@ -170,7 +170,7 @@ type the passphrase at the terminal prompt.
 func main() {
 	// Every command may hold a key: no core dumps, no ptrace or reading
 	// of this process's memory by other processes of the user, and room to
-	// lock secrets (docs/SECURITY.md, "Secrets in memory"). Should prctl
+	// lock secrets (docs/ARCHITECTURE.md, "Secrets in memory"). Should prctl
 	// fail (a seccomp filter), the commands still work.
 	secmem.Harden()
 	os.Exit(run(os.Args[1:]))
