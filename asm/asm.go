@@ -12,6 +12,8 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"strconv"
+
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // BlockSize is the AES block size in bytes.
@@ -24,9 +26,11 @@ type Schedule struct {
 	block  cipher.Block
 	rounds int
 	// enc and dec hold the encryption and (AESIMC-transformed) decryption
-	// round keys, 16 bytes per round, rounds+1 entries used.
-	enc [15 * BlockSize]byte
-	dec [15 * BlockSize]byte
+	// round keys, 16 bytes per round, rounds+1 entries used. They point
+	// into mem, memory of package secmem (locked, out of core dumps).
+	enc *[15 * BlockSize]byte
+	dec *[15 * BlockSize]byte
+	mem []byte
 }
 
 // KeySizeError reports an AES key of the wrong length.
@@ -47,7 +51,9 @@ func NewSchedule(key []byte) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schedule{block: b, rounds: 6 + len(key)/4}
+	mem := secmem.Alloc(2 * 15 * BlockSize)
+	s := &Schedule{block: b, rounds: 6 + len(key)/4, mem: mem,
+		enc: (*[15 * BlockSize]byte)(mem), dec: (*[15 * BlockSize]byte)(mem[15*BlockSize:])}
 	expandKey(s, key)
 	return s, nil
 }
@@ -55,10 +61,12 @@ func NewSchedule(key []byte) (*Schedule, error) {
 // Rounds returns the number of AES rounds: 10, 12 or 14.
 func (s *Schedule) Rounds() int { return s.rounds }
 
-// Clear overwrites the round keys. The Schedule must not be used afterwards.
+// Clear overwrites the round keys and returns their memory. The Schedule
+// must not be used afterwards. The crypto/aes copy of the key, which the
+// generic code uses, cannot be wiped; it is dropped.
 func (s *Schedule) Clear() {
-	clear(s.enc[:])
-	clear(s.dec[:])
+	secmem.Free(s.mem)
+	s.mem, s.enc, s.dec = nil, nil, nil
 	s.block = nil
 }
 

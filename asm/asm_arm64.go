@@ -136,7 +136,7 @@ func encryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize
 // encLanes encrypts groups×lanes sectors at the start of src with the
 // kernel for that many lanes.
 func encLanes(lanes, groups int, k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int) {
-	xk, nr, ivxk, ivnr, d, s := &k.enc, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0]
+	xk, nr, ivxk, ivnr, d, s := k.enc, k.rounds, ivk.enc, ivk.rounds, &dst[0], &src[0]
 	step := uint64(sectorSize / 512)
 	switch lanes {
 	case 1:
@@ -167,7 +167,7 @@ func decryptCE(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize
 	if n == 0 {
 		return
 	}
-	decCE(&k.dec, k.rounds, &ivk.enc, ivk.rounds, &dst[0], &src[0], n, sectorSize, firstSector, uint64(sectorSize/512))
+	decCE(k.dec, k.rounds, ivk.enc, ivk.rounds, &dst[0], &src[0], n, sectorSize, firstSector, uint64(sectorSize/512))
 }
 
 // xtsArchImpls lists the arm64 XTS kernels this CPU supports.

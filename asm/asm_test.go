@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"fmt"
 	mrand "math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // accelerated returns the implementations other than Generic.
@@ -227,8 +230,14 @@ func TestScheduleClear(t *testing.T) {
 	if s.Rounds() != 14 {
 		t.Fatalf("Rounds() = %d, want 14", s.Rounds())
 	}
+	// The round keys live in package secmem's memory (locked, out of
+	// core dumps), which Clear wipes and returns.
+	if runtime.GOOS == "linux" && !secmem.Owns(s.mem) {
+		t.Error("the round keys are not in package secmem's memory")
+	}
+	mem := s.mem
 	s.Clear()
-	if s.enc != [15 * BlockSize]byte{} || s.dec != [15 * BlockSize]byte{} {
+	if s.enc != nil || s.dec != nil || secmem.Owns(mem) {
 		t.Fatal("Clear left round keys behind")
 	}
 	for _, n := range []int{0, 15, 17, 33} {

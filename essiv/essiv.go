@@ -85,10 +85,13 @@ func NewCipherWithSaltImpl(key, salt []byte, impl asm.Impl) (*Cipher, error) {
 	}
 	s, err := asm.NewSchedule(salt)
 	if err != nil {
+		k.Clear()
 		return nil, err
 	}
 	ivb, err := aes.NewCipher(salt)
 	if err != nil {
+		k.Clear()
+		s.Clear()
 		return nil, err
 	}
 	return &Cipher{key: k, salt: s, ivb: ivb, impl: impl}, nil

@@ -50,6 +50,7 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/cryptimg/cryptimg/secmem"
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
@@ -284,7 +285,8 @@ func (k *Key) VolumeKey() []byte { return k.volume }
 
 // Clear wipes the volume key and the expanded cipher keys.
 func (k *Key) Clear() {
-	clear(k.volume)
+	secmem.Free(k.volume)
+	k.volume = nil
 	k.Cipher.Clear()
 }
 
@@ -354,19 +356,22 @@ func (e *Encrypted) policy() header.Header {
 	return e.Header
 }
 
-// newKey wraps a volume key of h, which it takes over, with its cipher.
-func newKey(h header.Header, vk []byte, slot int) (*Key, error) {
+// newKey wraps a volume key of h with its cipher. The key moves to package
+// secmem's memory (locked, out of core dumps), and hvk is cleared.
+func newKey(h header.Header, hvk []byte, slot int) (*Key, error) {
+	vk := secmem.Clone(hvk)
+	clear(hvk)
 	if h.Info().Integrity != "" {
 		a, err := h.NewAuthSector(vk)
 		if err != nil {
-			clear(vk)
+			secmem.Free(vk)
 			return nil, err
 		}
 		return &Key{Cipher: untagged{a}, Auth: a, Slot: slot, volume: vk}, nil
 	}
 	c, err := h.NewSectorCipher(vk)
 	if err != nil {
-		clear(vk)
+		secmem.Free(vk)
 		return nil, err
 	}
 	return &Key{Cipher: c, Slot: slot, volume: vk}, nil

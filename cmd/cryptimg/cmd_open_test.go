@@ -79,6 +79,7 @@ func (fx openFixture) openBackground(t *testing.T, extra ...string) {
 	} else if st.Size() != fx.size {
 		t.Fatalf("mounted file is %d bytes", st.Size())
 	}
+	checkSecretsHeld(t, fx.mnt, os.Geteuid())
 }
 
 // TestOpenMountExt4 is the mount test: open, losetup, mkfs.ext4,

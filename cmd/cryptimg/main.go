@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/secmem"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -186,6 +187,11 @@ type the passphrase at the terminal prompt.
 }
 
 func main() {
+	// Every command may hold a key: no core dumps, no ptrace or reading
+	// of this process's memory by other processes of the user, and room to
+	// lock secrets (docs/ARCHITECTURE.md, "Secrets in memory"). Should prctl
+	// fail (a seccomp filter), the commands still work.
+	secmem.Harden()
 	os.Exit(run(os.Args[1:]))
 }
 

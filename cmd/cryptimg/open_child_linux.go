@@ -17,6 +17,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // startBackground re-runs open in a detached child that takes the
@@ -94,12 +95,18 @@ func childKey(e *image.Encrypted, slot int) (*image.Key, error) {
 		return nil, errors.New("no key pipe")
 	}
 	defer f.Close()
-	vk, err := io.ReadAll(io.LimitReader(f, header.MaxKeyBytes))
-	if err != nil {
+	// Read straight into locked memory: io.ReadAll would leave the key in
+	// the buffers it grows.
+	buf := secmem.Alloc(header.MaxKeyBytes + 1)
+	defer secmem.Free(buf)
+	n, err := io.ReadFull(f, buf)
+	if err != io.ErrUnexpectedEOF {
+		if err == nil {
+			err = errors.New("the key passed is too long")
+		}
 		return nil, err
 	}
-	defer clear(vk)
-	return e.KeyFromVolume(vk, slot)
+	return e.KeyFromVolume(buf[:n], slot)
 }
 
 // reportReady tells the waiting parent (fd 4) that the mount is up, or why

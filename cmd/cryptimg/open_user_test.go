@@ -86,6 +86,8 @@ func TestOpenUnprivileged(t *testing.T) {
 		t.Fatal("nothing mounted after open --background")
 	}
 	t.Logf("mounted as %s", m.fstype)
+	// The background process holds the key for the mount's whole life.
+	checkSecretsHeld(t, mnt, nobody)
 	file := filepath.Join(mnt, "disk.raw")
 	if got := strings.TrimSpace(asNobody(t, "stat", "-c", "%u %s", file)); got != "65534 4194304" {
 		t.Errorf("mounted file owner and size %q, want \"65534 4194304\"", got)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/secmem"
 	"golang.org/x/term"
 )
 
@@ -37,7 +38,9 @@ var errNoKey = errors.New("no key given: use --key-file FILE (- for stdin), or r
 
 // readKey returns the secret from the key file or, with none, from a
 // prompt on the terminal; confirm asks twice, for a new passphrase. The
-// caller clears the returned slice.
+// secret is in package secmem's memory (locked where allowed, out of core
+// dumps). The caller clears the returned slice: secmem.Free also returns
+// the memory, clear leaves a wiped page mapped until the process exits.
 func readKey(g *globalOptions, k keyOptions, prompt string, confirm bool) ([]byte, error) {
 	if k.keyFile != "" {
 		key, err := readKeyFile(g, k)
@@ -65,13 +68,13 @@ func readKey(g *globalOptions, k keyOptions, prompt string, confirm bool) ([]byt
 	if confirm {
 		again, err := promptOnce(tty, "Verify passphrase: ")
 		if err != nil {
-			clear(key)
+			secmem.Free(key)
 			return nil, err
 		}
 		same := bytes.Equal(key, again)
-		clear(again)
+		secmem.Free(again)
 		if !same {
-			clear(key)
+			secmem.Free(key)
 			return nil, usagef("passphrases do not match")
 		}
 	}
@@ -87,14 +90,18 @@ func openTerminal(g *globalOptions) (*os.File, error) {
 
 func promptOnce(tty *os.File, prompt string) ([]byte, error) {
 	fmt.Fprint(tty, prompt)
-	key, err := term.ReadPassword(int(tty.Fd()))
+	typed, err := term.ReadPassword(int(tty.Fd()))
 	fmt.Fprintln(tty)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read passphrase: %w", err)
 	}
-	if len(key) == 0 {
+	if len(typed) == 0 {
 		return nil, usagef("empty passphrase")
 	}
+	// x/term reads into buffers of its own, out of reach: clear the
+	// one it returns, at least.
+	key := secmem.Clone(typed)
+	clear(typed)
 	return key, nil
 }
 
@@ -136,29 +143,29 @@ func readKeyFile(g *globalOptions, k keyOptions) ([]byte, error) {
 		if k.keyfileSize > 0 {
 			n = int(limit)
 		} else {
-			clear(buf)
+			secmem.Free(buf)
 			return nil, usagef("key file is larger than %d KiB", maxKeyFileSize/1024)
 		}
 	}
 	if k.keyfileSize > 0 && int64(n) < k.keyfileSize {
-		clear(buf)
+		secmem.Free(buf)
 		return nil, usagef("key file is shorter than --keyfile-size %d", k.keyfileSize)
 	}
 	if n == 0 {
-		clear(buf)
+		secmem.Free(buf)
 		return nil, usagef("key file is empty")
 	}
-	key := bytes.Clone(buf[:n])
-	clear(buf)
+	key := secmem.Clone(buf[:n])
+	secmem.Free(buf)
 	return key, nil
 }
 
-// readUpTo reads r to its end or to max bytes, into a buffer that grows
-// as the data comes (a key file is small; max is 8 MiB): each buffer left
-// behind is cleared, as is the last one on an error. It returns the buffer
-// and how much of it holds data.
+// readUpTo reads r to its end or to max bytes, into a buffer of package
+// secmem that grows as the data comes (a key file is small; max is 8 MiB):
+// each buffer left behind is freed, as is the last one on an error. It
+// returns the buffer, for secmem.Free, and how much of it holds data.
 func readUpTo(r io.Reader, max int64) ([]byte, int, error) {
-	buf := make([]byte, min(max, 4096))
+	buf := secmem.Alloc(int(min(max, 4096)))
 	n := 0
 	for {
 		m, err := io.ReadFull(r, buf[n:])
@@ -167,14 +174,14 @@ func readUpTo(r io.Reader, max int64) ([]byte, int, error) {
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			return buf, n, nil
 		case err != nil:
-			clear(buf)
+			secmem.Free(buf)
 			return nil, 0, err
 		case int64(n) == max:
 			return buf, n, nil
 		}
-		grown := make([]byte, min(max, 2*int64(len(buf))))
+		grown := secmem.Alloc(int(min(max, 2*int64(len(buf)))))
 		copy(grown, buf[:n])
-		clear(buf)
+		secmem.Free(buf)
 		buf = grown
 	}
 }
@@ -191,14 +198,14 @@ func checkKeySlot(slot int) error {
 
 // unlockImage asks for a key with the key options (a key file, or the
 // terminal with prompt) and unlocks e with it: slot -1 tries every active
-// slot. Errors name the image. The key read is cleared; the caller clears
+// slot. Errors name the image. The key read is freed; the caller clears
 // the returned Key.
 func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, prompt string, slot int) (*image.Key, error) {
 	key, err := readKey(g, k, prompt, false)
 	if err != nil {
 		return nil, err
 	}
-	defer clear(key)
+	defer secmem.Free(key)
 	e.AllowCost = g.slowKDF
 	e.AllowNullCipher = g.nullOK
 	start := time.Now()

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // TestReadKeyFile: key files of every size around the growing buffer's
@@ -47,6 +50,15 @@ func TestReadKeyFile(t *testing.T) {
 		}
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("size %d offset %d keyfile-size %d: %d bytes, %v; want %d", c.size, c.offset, c.want, len(got), err, len(want))
+		}
+		// The key is in package secmem's memory (locked where allowed,
+		// out of core dumps), and Free returns it.
+		if runtime.GOOS == "linux" && !secmem.Owns(got) {
+			t.Errorf("size %d: the key is not in package secmem's memory", c.size)
+		}
+		secmem.Free(got)
+		if secmem.Owns(got) {
+			t.Errorf("size %d: Free left the key's memory behind", c.size)
 		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"hash"
 	"sync"
+	"unsafe"
 
 	"github.com/cryptimg/cryptimg/asm"
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // What the hmac(sha256) modes share: the MAC, the per-call scratch, and
@@ -42,11 +44,18 @@ func chunkSectors(sectorSize int) int { return min(authChunkSectors, max(1, auth
 type hmacSHA256 struct {
 	// inner and outer are the states marshaled by crypto/sha256, for
 	// tags without impl and of empty messages, which impl's interface
-	// cannot express; key holds the same two states for impl.
+	// cannot express; key holds the same two states for impl. All three
+	// live in mem, package secmem's memory (locked, out of core dumps);
+	// clear wipes and returns it, and sets them to nil.
 	inner, outer []byte
-	key          asm.HMACSHA256Key
+	key          *asm.HMACSHA256Key
 	impl         *asm.SHA256Impl
+	mem          []byte
 }
+
+// hmacKeySize is the room of an asm.HMACSHA256Key in mem, rounded up to
+// keep the states after it aligned.
+const hmacKeySize = (int(unsafe.Sizeof(asm.HMACSHA256Key{})) + 15) &^ 15
 
 // defaultMAC is the implementation the hmac(sha256) modes use: package
 // asm's best kernel, or nil (crypto/sha256) when package asm has only its
@@ -78,10 +87,11 @@ func newHMACSHA256(key []byte, impl *asm.SHA256Impl) *hmacSHA256 {
 	m := &hmacSHA256{impl: impl}
 	h := sha256.New()
 	var pad [sha256.BlockSize]byte
+	var states [2][]byte
 	for _, p := range []struct {
 		b   byte
 		dst *[]byte
-	}{{0x36, &m.inner}, {0x5c, &m.outer}} {
+	}{{0x36, &states[0]}, {0x5c, &states[1]}} {
 		for i := range pad {
 			pad[i] = p.b
 		}
@@ -96,6 +106,17 @@ func newHMACSHA256(key []byte, impl *asm.SHA256Impl) *hmacSHA256 {
 	}
 	clear(pad[:])
 	h.Reset()
+	// asm.HMACSHA256Key holds no pointers, so it may live outside the Go
+	// heap; mem is page-aligned.
+	n := len(states[0])
+	m.mem = secmem.Alloc(hmacKeySize + 2*n)
+	m.key = (*asm.HMACSHA256Key)(unsafe.Pointer(&m.mem[0]))
+	m.inner = m.mem[hmacKeySize : hmacKeySize+n : hmacKeySize+n]
+	m.outer = m.mem[hmacKeySize+n:]
+	copy(m.inner, states[0])
+	copy(m.outer, states[1])
+	clear(states[0])
+	clear(states[1])
 	if impl != nil {
 		m.key.Init(key)
 	}
@@ -105,7 +126,7 @@ func newHMACSHA256(key []byte, impl *asm.SHA256Impl) *hmacSHA256 {
 // tag writes HMAC(aad || data) to out[:32], for any lengths.
 func (m *hmacSHA256) tag(st *macState, out, aad, data []byte) {
 	if m.impl != nil && len(data) > 0 {
-		m.impl.HMAC(&m.key, out[:macSize], aad, data, len(data))
+		m.impl.HMAC(m.key, out[:macSize], aad, data, len(data))
 		return
 	}
 	if st.innerU.UnmarshalBinary(m.inner) != nil {
@@ -126,7 +147,7 @@ func (m *hmacSHA256) sectors(st *macState, out, recs, data []byte, sectorSize in
 		panic("cipher: internal error: associated data records do not match the sectors")
 	}
 	if m.impl != nil {
-		m.impl.HMAC(&m.key, out, recs, data, sectorSize)
+		m.impl.HMAC(m.key, out, recs, data, sectorSize)
 		return
 	}
 	for j := range len(data) / sectorSize {
@@ -162,11 +183,14 @@ func tagDiffers(a, b []byte) uint64 {
 	return (x | -x) >> 63
 }
 
-// clear overwrites the states; tag panics afterwards.
+// clear overwrites the states and returns their memory; tag panics
+// afterwards (a nil key or state).
 func (m *hmacSHA256) clear() {
-	clear(m.inner)
-	clear(m.outer)
-	m.key.Clear()
+	if m.key != nil {
+		m.key.Clear()
+	}
+	secmem.Free(m.mem)
+	m.mem, m.inner, m.outer, m.key = nil, nil, nil, nil
 }
 
 // macState is the scratch of one Seal or Open: two SHA-256 states and the

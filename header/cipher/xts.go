@@ -35,6 +35,7 @@ func newXTS(key []byte, mask uint64, impl asm.XTSImpl) (*xtsCipher, error) {
 	}
 	tk, err := asm.NewSchedule(key[len(key)/2:])
 	if err != nil {
+		k.Clear()
 		return nil, err
 	}
 	return &xtsCipher{k: k, tk: tk, mask: mask, impl: impl}, nil

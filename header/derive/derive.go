@@ -32,6 +32,8 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // Salt and Label are the construction's fixed strings (the package doc).
@@ -85,6 +87,7 @@ func New(master []byte) (*Master, error) {
 		return nil, err
 	}
 	if m.outer, err = state(opad[:]); err != nil {
+		secmem.Free(m.inner)
 		return nil, err
 	}
 	clear(ipad[:])
@@ -92,11 +95,17 @@ func New(master []byte) (*Master, error) {
 	return m, nil
 }
 
-// state is the marshaled SHA-512 state after one block.
+// state is the marshaled SHA-512 state after one block, in package
+// secmem's memory (locked, out of core dumps).
 func state(block []byte) ([]byte, error) {
 	h := sha512.New()
 	h.Write(block)
-	return h.(encoding.BinaryMarshaler).MarshalBinary()
+	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	defer clear(st)
+	return secmem.Clone(st), nil
 }
 
 // hmacSHA512 is HMAC-SHA512 for the one-off extract.
@@ -189,10 +198,11 @@ func (m *Master) DeriveInto(out []byte, uuid string) error {
 	return nil
 }
 
-// Clear wipes the PRK states; the Master is unusable afterwards.
+// Clear wipes the PRK states and returns their memory; the Master is
+// unusable afterwards.
 func (m *Master) Clear() {
-	clear(m.inner)
-	clear(m.outer)
+	secmem.Free(m.inner)
+	secmem.Free(m.outer)
 	m.inner, m.outer = nil, nil
 	m.pool = sync.Pool{}
 }

@@ -7,8 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/secmem"
 )
 
 var master = bytes.Repeat([]byte{0x5a, 0xa5, 0x3c}, 22) // 66 bytes
@@ -80,7 +83,16 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("key size %d: %v", n, err)
 		}
 	}
+	// The PRK's states live in package secmem's memory (locked, out of
+	// core dumps), which Clear wipes and returns.
+	inner, outer := m.inner, m.outer
+	if runtime.GOOS == "linux" && (!secmem.Owns(inner) || !secmem.Owns(outer)) {
+		t.Error("the PRK states are not in package secmem's memory")
+	}
 	m.Clear()
+	if secmem.Owns(inner) || secmem.Owns(outer) {
+		t.Error("Clear left the PRK states' memory behind")
+	}
 	if _, err := m.VolumeKey(uuid, 32); err == nil {
 		t.Fatal("a cleared master still derives")
 	}
