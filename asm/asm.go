@@ -13,7 +13,7 @@ import (
 	"crypto/cipher"
 	"strconv"
 
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 // BlockSize is the AES block size in bytes.

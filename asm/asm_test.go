@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 // accelerated returns the implementations other than Generic.

@@ -46,11 +46,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
-	"github.com/cryptimg/cryptimg/secmem"
 	"github.com/cryptimg/cryptimg/sectors"
 )
 

@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
-	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // TestKeyInSecureMemory: a Key keeps its volume key in package secmem's

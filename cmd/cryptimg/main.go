@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/image"
-	"github.com/cryptimg/cryptimg/secmem"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )

@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
-	"github.com/cryptimg/cryptimg/secmem"
 )
 
 // startBackground re-runs open in a detached child that takes the

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
-	"github.com/cryptimg/cryptimg/secmem"
 	"golang.org/x/term"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 // TestReadKeyFile: key files of every size around the growing buffer's

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/cryptimg/cryptimg/asm"
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 // What the hmac(sha256) modes share: the MAC, the per-call scratch, and

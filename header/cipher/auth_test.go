@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"github.com/cryptimg/cryptimg/asm"
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/vectors"
 	"golang.org/x/crypto/xts"
 )

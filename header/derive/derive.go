@@ -33,7 +33,7 @@ import (
 	"hash"
 	"sync"
 
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 // Salt and Label are the construction's fixed strings (the package doc).

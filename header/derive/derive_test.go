@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cryptimg/cryptimg/secmem"
+	"github.com/cryptimg/cryptimg/asm/secmem"
 )
 
 var master = bytes.Repeat([]byte{0x5a, 0xa5, 0x3c}, 22) // 66 bytes
