@@ -2,8 +2,7 @@ package header
 
 // LUKS2: the binary header copies and how one is chosen. The layout and the
 // read rules are cryptsetup's (docs/on-disk-format-luks2.pdf v1.1.4;
-// lib/luks2/luks2_disk_metadata.c LUKS2_disk_hdr_read, hdr_checksum_check),
-// as summarised in reference/luks.md §9.
+// lib/luks2/luks2_disk_metadata.c LUKS2_disk_hdr_read, hdr_checksum_check).
 
 import (
 	"bytes"

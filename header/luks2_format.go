@@ -2,7 +2,7 @@ package header
 
 // Making LUKS2 headers as cryptsetup 2.6.1's luksFormat --type luks2 makes
 // them on a file (lib/luks2/luks2_json_format.c LUKS2_generate_hdr,
-// LUKS2_hdr_get_storage_params; lib/utils_pbkdf.c; reference/luks.md §9–§12).
+// LUKS2_hdr_get_storage_params; lib/utils_pbkdf.c).
 
 import (
 	"bufio"

@@ -1,7 +1,7 @@
 package header
 
 // LUKS2 keyslots: unlock (cryptsetup lib/luks2/luks2_keyslot_luks2.c,
-// luks2_digest_pbkdf2.c; reference/luks.md §11) and the Header methods.
+// luks2_digest_pbkdf2.c) and the Header methods.
 
 import (
 	"crypto/subtle"

@@ -45,8 +45,8 @@ func luks2File(t testing.TB, metadata string, seqids ...uint64) []byte {
 
 var salt32 = base64.StdEncoding.EncodeToString(make([]byte, 32))
 
-// minimalLUKS2 is reference/luks.md's minimal JSON that cryptsetup 2.6.1
-// accepts, with a keyslots area of 256 KiB and the data right after it.
+// minimalLUKS2 is a minimal JSON metadata area that cryptsetup 2.6.1
+// accepts (checked with luksDump when it was written), with a keyslots area of 256 KiB and the data right after it.
 var minimalLUKS2 = `{"keyslots":{"0":{"type":"luks2","key_size":64,
  "af":{"type":"luks1","stripes":4000,"hash":"sha256"},
  "area":{"type":"raw","offset":"32768","size":"258048","encryption":"aes-xts-plain64","key_size":64},
@@ -66,8 +66,8 @@ func readL2(file []byte) (*LUKS2, error) {
 	return h.(*LUKS2), nil
 }
 
-// TestLUKS2Validation: the variants reference/luks.md §10 lists as
-// verified against cryptsetup 2.6.1 are accepted or refused as cryptsetup
+// TestLUKS2Validation: metadata variants checked against cryptsetup 2.6.1
+// (docs/LUKS2-VALIDATION.md) are accepted or refused as cryptsetup
 // does, refusals as ErrCorrupt.
 func TestLUKS2Validation(t *testing.T) {
 	h, err := readL2(luks2File(t, minimalLUKS2))

@@ -10,9 +10,8 @@ import (
 // aes-cbc-essiv:sha256 with integrity hmac(sha256): dm-crypt's
 // capi:authenc(hmac(sha256),cbc(aes))-essiv:sha256, the kernel's AEAD
 // essiv(authenc(hmac(sha256),cbc(aes)),sha256) (Linux crypto/essiv.c and
-// crypto/authenc.c; verified against images in
-// shared/reference/integrity.md section 7.2). For sector N (before the IV
-// offset):
+// crypto/authenc.c; verified against kernel-written images by
+// TestKernelIntegrityFormats). For sector N (before the IV offset):
 //
 //	vk    = enc_key || mac_key           (the MAC key is the last 32 bytes)
 //	salt  = SHA-256(vk)                  (the whole volume key, not enc_key)

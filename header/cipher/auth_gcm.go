@@ -10,7 +10,8 @@ import (
 )
 
 // aes-gcm-random with integrity aead: dm-crypt's capi:gcm(aes)-random
-// (shared/reference/integrity.md section 7.4, verified against images).
+// (Linux drivers/md/dm-crypt.c; verified against kernel-written images by
+// TestKernelIntegrityFormats).
 // Every write draws a fresh 12-byte IV (dm-crypt's "random" IV generator,
 // crypt_iv_random_gen), so the IV offset plays no part. For sector N:
 //

@@ -5,9 +5,10 @@ import (
 )
 
 // aes-xts-plain64 with integrity hmac(sha256): dm-crypt's
-// capi:authenc(hmac(sha256),xts(aes))-plain64 (shared/reference/
-// integrity.md section 7.3, verified against images). For sector N (before
-// the IV offset), with vk = xts_key || mac_key:
+// capi:authenc(hmac(sha256),xts(aes))-plain64 (Linux drivers/md/dm-crypt.c
+// crypt_convert_block_aead; verified against kernel-written images by
+// TestKernelIntegrityFormats). For sector N (before the IV offset), with
+// vk = xts_key || mac_key:
 //
 //	IV  = le64(N+IVOffset) || 0^8        (plain64, the XTS tweak)
 //	C   = AES-XTS(xts_key, IV, sector)   (a 4096-byte sector is one unit)

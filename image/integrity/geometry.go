@@ -5,9 +5,9 @@
 // how to check, and replay, the journal the kernel leaves behind.
 //
 // It knows no ciphers: a tag is an opaque slot of T bytes per B-byte block.
-// The facts come from reference/integrity.md and the Linux 6.1
-// source it cites (drivers/md/dm-integrity.c); each function names the
-// kernel function whose rule it follows.
+// The facts come from the Linux 6.1 source (drivers/md/dm-integrity.c) and
+// cryptsetup's lib/integrity, checked against images the kernel wrote; each
+// function names the kernel function whose rule it follows.
 //
 // Units: a sector is 512 bytes. S is the offset of the LUKS2 data segment in
 // sectors (where the superblock sits), D the size of the whole file in
