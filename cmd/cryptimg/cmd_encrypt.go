@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -448,11 +450,22 @@ func authCipherChoice(spec string, bits int, integrity string) (int, error) {
 // unless forced: encrypting it again is almost always a mistake, such as a
 // pipeline step retried after it had succeeded.
 func refuseLUKS(f io.ReaderAt, name string, force bool, why string) error {
-	var magic [6]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil || !header.IsLUKSMagic(magic[:]) || force {
+	if force || !looksLUKS(f) {
 		return nil
 	}
 	return usagef("%s is already a LUKS image: %s", name, why)
+}
+
+// looksLUKS reports whether f starts with a LUKS magic, or holds a LUKS2
+// header whose primary copy is lost but whose secondary copy header.Read
+// finds (encrypting that would bury a header that repair could restore).
+func looksLUKS(f io.ReaderAt) bool {
+	var magic [6]byte
+	if _, err := f.ReadAt(magic[:], 0); err == nil && header.IsLUKSMagic(magic[:]) {
+		return true
+	}
+	_, err := header.Read(f, 0, math.MaxInt64)
+	return err == nil || errors.Is(err, header.ErrMarked)
 }
 
 // newVolumeKey sets the volume key of a new header from --volume-key-file

@@ -394,6 +394,22 @@ func TestRerunAfterSuccess(t *testing.T) {
 			if r.code != 1 || !strings.Contains(r.stderr, "--force") {
 				t.Fatalf("encrypt of a LUKS input: exit %d\n%s", r.code, r.stderr)
 			}
+			if typ == "luks2" {
+				// A LUKS2 image whose primary copy is lost is still LUKS:
+				// its secondary copy is found, and repair would restore it.
+				lost := filepath.Join(dir, "lost-primary.img")
+				copyImage(t, img, lost)
+				f, err := os.OpenFile(lost, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.WriteAt(make([]byte, 4096), 0)
+				f.Close()
+				r = cryptimg(t, "", "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", lost, out+"2")
+				if r.code != 1 || !strings.Contains(r.stderr, "already a LUKS image") {
+					t.Fatalf("encrypt of a LUKS2 input with a lost primary: exit %d\n%s", r.code, r.stderr)
+				}
+			}
 			noFile(t, out)
 			mustRun(t, "encrypt", "--force", "-d", key, "--pbkdf-force-iterations", "1000", img, out)
 
