@@ -38,6 +38,8 @@ func hint(err error) string {
 		return "cryptimg verify lists every failing sector; decrypt --allow-corrupt writes the others"
 	case errors.Is(err, header.ErrNotAuthenticated):
 		return "verify is for images made with --integrity"
+	case errors.Is(err, image.ErrNoTokens):
+		return "convert the header first: cryptimg convert --type luks2 IMAGE"
 	}
 	return ""
 }
