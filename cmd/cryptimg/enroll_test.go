@@ -13,6 +13,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/token"
+	"github.com/cryptimg/cryptimg/image"
 	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
@@ -174,7 +175,8 @@ func TestEnrollDetachedAndLUKS1(t *testing.T) {
 
 // wipeImage makes the image of the wipe tests: key slots 0 and 1 are
 // passwords, 2 a recovery key (token 0), 3 named by a systemd-tpm2 token
-// (1), 4 and 5 both by one systemd-fido2 token (2).
+// (1), 4 and 5 both by one systemd-fido2 token (2); 6 opens with an empty
+// passphrase.
 func wipeImage(t *testing.T, dir string) (img, key string) {
 	t.Helper()
 	key = writeFile(t, filepath.Join(dir, "key"), testPassphrase)
@@ -190,6 +192,24 @@ func wipeImage(t *testing.T, dir string) (img, key string) {
 	for _, js := range []string{`{"type":"systemd-tpm2","keyslots":["3"]}`, `{"type":"systemd-fido2","keyslots":["4","5"]}`} {
 		mustRun(t, "token", "import", "--json-file", writeFile(t, filepath.Join(dir, "tok.json"), js), img)
 	}
+	// Slot 6 opens with an empty passphrase, which no command makes.
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := image.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.Unlock([]byte(testPassphrase), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Clear()
+	if err := e.Apply(e.Header.(*header.LUKS2).AddSlot(6, []byte{}, k.VolumeKey(), header.KDF{Type: "pbkdf2", Iterations: header.MinIterations}, nil)); err != nil {
+		t.Fatal(err)
+	}
 	return img, key
 }
 
@@ -203,15 +223,16 @@ var wipeCases = []struct {
 	wantErrContain string
 }{
 	{list: "1", slots: []int{1}},
-	{list: "password", slots: []int{0, 1}},
+	{list: "password", slots: []int{0, 1, 6}},
 	{list: "recovery", slots: []int{2}, tokens: []int{0}},
 	{list: "4", slots: []int{4, 5}, tokens: []int{2}},
 	{list: "tpm2,fido2", slots: []int{3, 4, 5}, tokens: []int{1, 2}},
-	{list: "0,password,recovery", slots: []int{0, 1, 2}, tokens: []int{0}},
-	{list: "empty", slots: nil},
+	{list: "0,password,recovery", slots: []int{0, 1, 2, 6}, tokens: []int{0}},
+	{list: "empty", slots: []int{6}},
+	{list: "empty,4", slots: []int{4, 5, 6}, tokens: []int{2}},
 	{list: "all", wantErrContain: "would leave no key slot"},
 	{list: "empty,all", wantErrContain: "would leave no key slot"},
-	{list: "all", enrollFirst: true, slots: []int{0, 1, 2, 3, 4, 5}, tokens: []int{0, 1, 2}},
+	{list: "all", enrollFirst: true, slots: []int{0, 1, 2, 3, 4, 5, 6}, tokens: []int{0, 1, 2}},
 }
 
 // TestEnrollWipeSlot: --wipe-slot removes the slots and tokens of each
@@ -261,7 +282,7 @@ func TestEnrollWipeSlot(t *testing.T) {
 				t.Errorf("wiped slots %v tokens %v, want %v %v", out.WipedSlots, out.WipedTokens, c.slots, c.tokens)
 			}
 			h := readLUKS2(t, img)
-			for n := range 6 {
+			for n := range 7 {
 				if h.SlotActive(n) == slices.Contains(c.slots, n) {
 					t.Errorf("key slot %d active %v after wiping %v", n, h.SlotActive(n), c.slots)
 				}
@@ -294,7 +315,7 @@ func TestEnrollWipeSlot(t *testing.T) {
 				t.Fatalf("systemd-cryptenroll --wipe-slot=%s: %v\n%s", c.list, err, out)
 			}
 			sdh := readLUKS2(t, ref)
-			for n := range 6 {
+			for n := range 7 {
 				if sdh.SlotActive(n) != h.SlotActive(n) {
 					t.Errorf("key slot %d: systemd-cryptenroll leaves it active %v, cryptimg %v", n, sdh.SlotActive(n), h.SlotActive(n))
 				}
