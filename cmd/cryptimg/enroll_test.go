@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,8 +79,14 @@ func TestEnrollRecoveryKey(t *testing.T) {
 	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
 	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
 
+	ref := img + ".systemd"
+	copyFile(t, img, ref)
+	seq := readLUKS2(t, img).SeqID()
 	r := mustRun(t, "enroll", "-d", key, "--recovery-key", img)
 	rk := recoveryKeyFile(t, dir, r.stdout)
+	if got := readLUKS2(t, img).SeqID(); got != seq+1 {
+		t.Errorf("seqid %d after %d: the slot and the token are not one update", got, seq)
+	}
 	if strings.Contains(r.stderr, strings.TrimSpace(r.stdout)) {
 		t.Errorf("the key is also on stderr: %s", r.stderr)
 	}
@@ -100,6 +107,26 @@ func TestEnrollRecoveryKey(t *testing.T) {
 	dump := sh(t, cs, "luksDump", img)
 	if !regexp.MustCompile(`Tokens:\n  0: systemd-recovery\n\tKeyslot:\s+1\n`).MatchString(dump) {
 		t.Errorf("luksDump shows no systemd-recovery token on key slot 1:\n%s", dump)
+	}
+	// systemd-cryptenroll's own enrollment of the same image: the same
+	// keyslot but for its salt, and the same token.
+	if sd, err := exec.LookPath("systemd-cryptenroll"); err == nil {
+		if out, err := exec.Command(sd, "--unlock-key-file="+key, "--recovery-key", ref).CombinedOutput(); err != nil {
+			t.Fatalf("systemd-cryptenroll --recovery-key: %v\n%s", err, out)
+		}
+		sdh := readLUKS2(t, ref)
+		a, b := *sdh.Keyslots[1], *h.Keyslots[1]
+		a.KDF.Salt, b.KDF.Salt = nil, nil
+		if fmt.Sprintf("%+v %+v %+v %v %d", a.KDF, a.AF, a.Area, a.Priority, a.KeySize) != fmt.Sprintf("%+v %+v %+v %v %d", b.KDF, b.AF, b.Area, b.Priority, b.KeySize) {
+			t.Errorf("key slot 1 differs from systemd-cryptenroll's:\n%+v\nwant\n%+v", b, a)
+		}
+		sdjs, _ := sdh.TokenJSON(0)
+		var sdtok map[string]any
+		if json.Unmarshal(sdjs, &sdtok) != nil || !reflectEqual(tok, sdtok) {
+			t.Errorf("token %s, systemd-cryptenroll's %s", js, sdjs)
+		}
+	} else if peer.InCI() {
+		t.Fatal("systemd-cryptenroll is required in CI (Debian package systemd)")
 	}
 	if got := mustRun(t, "test-key", "-d", rk, img).stderr; !strings.Contains(got, "key slot 1") {
 		t.Errorf("test-key with the recovery key: %s", got)
