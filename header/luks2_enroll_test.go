@@ -70,9 +70,10 @@ func TestLUKS2EnrollPowerCut(t *testing.T) {
 		t.Fatal(id, err)
 	}
 	n := 0
-	for seed := range uint64(3) {
+	for seed := range uint64(2) {
 		n += crashPoints(t, area, u, 20+seed, enrolled)
 	}
+	t.Logf("enroll: %d crash points", n)
 	if n < 200 {
 		t.Errorf("enroll: only %d crash points", n)
 	}
@@ -114,6 +115,7 @@ func TestLUKS2EnrollPowerCut(t *testing.T) {
 	for seed := range uint64(2) {
 		n += crashPoints(t, area, rm, 30+seed, removed)
 	}
+	t.Logf("wipe: %d crash points", n)
 	if n < 200 {
 		t.Errorf("wipe: only %d crash points", n)
 	}
