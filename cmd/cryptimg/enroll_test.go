@@ -385,3 +385,37 @@ func orEmpty(s []int) []int {
 	}
 	return s
 }
+
+// TestEnrollTerminalNote: on a terminal (script(1) gives one) stderr says
+// what the key is and to keep it safe, as systemd-cryptenroll does, while
+// the key itself goes only to stdout; off a terminal stderr has no note.
+func TestEnrollTerminalNote(t *testing.T) {
+	sc, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("skipping: no script(1) to run cryptimg on a terminal")
+	}
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
+	kf := filepath.Join(dir, "rk.out")
+	run := fmt.Sprintf("'%s' enroll -d '%s' --recovery-key '%s' > '%s'", binary(t), key, img, kf)
+	out, err := exec.Command(sc, "-qec", run, "/dev/null").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := recoveryKeyFile(t, dir, string(b))
+	k, _ := os.ReadFile(rk)
+	if !strings.Contains(string(out), "A secret recovery key has been generated") || !strings.Contains(string(out), "Keep it in a safe place") {
+		t.Errorf("no note on the terminal:\n%s", out)
+	}
+	if strings.Contains(string(out), string(k)) {
+		t.Errorf("the key is on the terminal too:\n%s", out)
+	}
+	if r := mustRun(t, "enroll", "-d", key, "--recovery-key", img); strings.Contains(r.stderr, "secret recovery key") {
+		t.Errorf("a note off a terminal: %s", r.stderr)
+	}
+}
