@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,6 +91,9 @@ TPM2 and tang (clevis) enrollment are not available yet.
 	f.BoolVar(&o.recoveryKey, "recovery-key", false, "enroll a new recovery key in systemd's format and print it")
 	f.StringVar(&o.wipeSlot, "wipe-slot", "", "remove these key slots: numbers, all, empty, password, recovery, tpm2, fido2, pkcs11 (comma-separated)")
 	f.BoolVar(&o.json, "json", false, "print the outcome, with the recovery key, as JSON on stdout")
+	cmd.RegisterFlagCompletionFunc("wipe-slot", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return append([]string{"all", "empty", "password"}, slices.Sorted(maps.Keys(token.Types))...), cobra.ShellCompDirectiveNoFileComp
+	})
 	return cmd
 }
 

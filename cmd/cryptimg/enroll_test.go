@@ -419,3 +419,13 @@ func TestEnrollTerminalNote(t *testing.T) {
 		t.Errorf("a note off a terminal: %s", r.stderr)
 	}
 }
+
+// TestEnrollWipeSlotCompletion: the shell completes --wipe-slot's words.
+func TestEnrollWipeSlotCompletion(t *testing.T) {
+	got := completions(t, "enroll", "--wipe-slot", "")
+	for _, w := range []string{"all", "empty", "password", "recovery", "tpm2", "fido2", "pkcs11"} {
+		if !slices.Contains(got, w) {
+			t.Errorf("completing --wipe-slot: %q, want %q among them", got, w)
+		}
+	}
+}
