@@ -105,6 +105,17 @@ func (h *LUKS2) putToken(id int, js []byte, slot int, builtin bool) (*Update, in
 	if err := h.writable(); err != nil {
 		return nil, -1, err
 	}
+	n, id, err := h.withToken(id, js, slot, builtin)
+	if err != nil {
+		return nil, -1, err
+	}
+	u, err := h.commit(n, nil, nil, nil)
+	return u, id, err
+}
+
+// withToken is h with the token js stored as id (-1: the lowest free
+// number), checked against h's keyslots, and the number it got.
+func (h *LUKS2) withToken(id int, js []byte, slot int, builtin bool) (*LUKS2, int, error) {
 	if id == -1 {
 		id = luks2MaxSlots // none free, unless the loop finds one
 		for i := range luks2MaxSlots {
@@ -158,8 +169,7 @@ func (h *LUKS2) putToken(id int, js []byte, slot int, builtin bool) (*Update, in
 	}
 	n := h.clone()
 	n.Tokens[id] = t
-	u, err := h.commit(n, nil, nil, nil)
-	return u, id, err
+	return n, id, nil
 }
 
 // RemoveToken deletes token id.

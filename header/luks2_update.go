@@ -110,36 +110,52 @@ func (h *LUKS2) freeArea(size uint64) (uint64, error) {
 // segment's digest: the key material goes to a free area (synced), then
 // both copies name it. h is unchanged.
 func (h *LUKS2) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.Reader) (*Update, error) {
-	if err := h.writable(); err != nil {
+	n, pre, err := h.withSlot(slot, passphrase, volumeKey, kdf, rnd)
+	if err != nil {
 		return nil, err
+	}
+	return h.commit(n, pre, nil, rnd)
+}
+
+// withSlot is h with passphrase in the unused keyslot slot, and the write
+// of its key material that must land before a copy names it.
+func (h *LUKS2) withSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.Reader) (*LUKS2, []Write, error) {
+	if err := h.writable(); err != nil {
+		return nil, nil, err
 	}
 	if err := h.CheckSlot(slot); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if h.Keyslots[slot] != nil {
-		return nil, fmt.Errorf("key slot %d is in use", slot)
+		return nil, nil, fmt.Errorf("key slot %d is in use", slot)
 	}
 	if err := h.dataErr(); err != nil {
 		return nil, err
 	}
 	if !h.VerifyVolumeKey(volumeKey) {
-		return nil, fmt.Errorf("header: the volume key does not match the digest")
+		return nil, nil, fmt.Errorf("header: the volume key does not match the digest")
 	}
-	// The data segment's cipher and key size, AF with the digest's hash,
-	// the area first fit.
+	// The data segment's cipher and key size, the area first fit, AF with
+	// the digest's hash, or with a pbkdf2 slot's own hash when it names one
+	// (cryptsetup lib/luks2/luks2_keyslot.c LUKS2_keyslot_params_default:
+	// the AF hash is the pbkdf's).
 	kb := h.keyBytes()
 	off, err := h.freeArea(keyslotAreaSize(kb))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	afHash := h.Digests[h.digest].Hash
+	if kdf.Type == "pbkdf2" && kdf.Hash != "" {
+		afHash = kdf.Hash
 	}
 	spec, areaKey := keyslotCipher(h.data().Encryption, h.integrity() != nil, kb)
-	k, err := newKeyslot(kb, h.Digests[h.digest].Hash, spec, areaKey, off, kdf, rnd)
+	k, err := newKeyslot(kb, afHash, spec, areaKey, off, kdf, rnd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	material, err := k.seal(passphrase, volumeKey, randReader(rnd))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := h.clone()
 	n.Keyslots[slot] = k
@@ -147,7 +163,7 @@ func (h *LUKS2) AddSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io.
 	d.Keyslots = append(slices.Clone(d.Keyslots), strconv.Itoa(slot))
 	d.changed = true
 	n.Digests[h.digest] = &d
-	return h.commit(n, []Write{{Offset: int64(k.Area.Offset), Data: material, What: fmt.Sprintf("key slot %d material", slot), Sync: true}}, nil, rnd)
+	return n, []Write{{Offset: int64(k.Area.Offset), Data: material, What: fmt.Sprintf("key slot %d material", slot), Sync: true}}, nil
 }
 
 // KillSlot removes keyslot slot, from the digests and tokens that name it

@@ -23,6 +23,8 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v dmsetup >/dev/null || need+=(dmsetup)
+# systemd-cryptenroll: the reference for enroll --wipe-slot.
+command -v systemd-cryptenroll >/dev/null || need+=(systemd)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"

@@ -167,6 +167,7 @@ type the passphrase at the terminal prompt.
 		newIsLUKSCommand(g),
 		newConfigCommand(g),
 		newTokenCommand(g),
+		newEnrollCommand(g),
 		newRepairCommand(g),
 		newConvertCommand(g),
 		newLsCommand(g),
@@ -373,5 +374,5 @@ var detachedCommands = map[string]bool{
 	"encrypt": true, "decrypt": true, "verify": true, "dump": true, "add-key": true, "change-key": true, "remove-key": true,
 	"kill-slot": true, "test-key": true, "header-backup": true, "header-restore": true, "uuid": true, "is-luks": true, "config": true,
 	"add": true, "remove": true, "import": true, "export": true, "repair": true, "ls": true, "cat": true, "open": true, "reencrypt": true, "convert": true,
-	"create": true, "erase": true, "resize": true,
+	"create": true, "erase": true, "resize": true, "enroll": true,
 }

@@ -1,0 +1,18 @@
+// Package token makes what LUKS2 tokens of other programs hold, offline: the
+// token's JSON and the secret of the keyslot it unlocks. It knows no LUKS
+// layout; header stores the token with its keyslot in one update.
+//
+// Token types so far: systemd-recovery (systemd's recovery key,
+// src/shared/recovery-key.c and src/cryptenroll/cryptenroll-recovery.c).
+package token
+
+// Types maps systemd-cryptenroll's names of enrollment kinds (the words of
+// its --wipe-slot) to the LUKS2 token type each writes (systemd
+// src/cryptenroll/cryptenroll.c luks2_token_type_table). "password" has
+// no token: a password slot is one that no token names.
+var Types = map[string]string{
+	"recovery": RecoveryType,
+	"pkcs11":   "systemd-pkcs11",
+	"fido2":    "systemd-fido2",
+	"tpm2":     "systemd-tpm2",
+}
