@@ -130,7 +130,7 @@ func (h *LUKS2) withSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io
 		return nil, nil, fmt.Errorf("key slot %d is in use", slot)
 	}
 	if err := h.dataErr(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !h.VerifyVolumeKey(volumeKey) {
 		return nil, nil, fmt.Errorf("header: the volume key does not match the digest")
