@@ -4,9 +4,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// The background child of open --background finds the volume key on fd 3
-// and reports readiness on fd 4; this variable tells it that it is one.
+// The background child of open --background finds the volume key on fd 3,
+// reports readiness on fd 4, and finds the image, opened and locked by its
+// parent, on fd 5 (and a detached header on fd 6); this variable tells it
+// that it is one.
 const openChildEnv = "CRYPTIMG_OPEN_CHILD"
+
+const (
+	openChildImageFD  = 5
+	openChildHeaderFD = 6
+)
 
 // fuseName is the filesystem type suffix of our mounts ("fuse.cryptimg"),
 // how close and the stale-mount check recognise them.

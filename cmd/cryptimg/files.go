@@ -7,7 +7,8 @@ import (
 	"github.com/cryptimg/cryptimg/image"
 )
 
-// openInput opens an existing regular file for reading.
+// openInput opens an existing regular file for reading, unlocked: images
+// and headers are opened through openForRead (lock.go).
 func openInput(path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -25,10 +26,11 @@ func openInput(path string) (*os.File, error) {
 	return f, nil
 }
 
-// openSource opens an existing image file to read from, refusing one with
-// an unfinished reencrypt or in-place operation (see checkNotPending).
+// openSource opens an existing image file to read from under a shared
+// lock, refusing one with an unfinished reencrypt or in-place operation
+// (see checkNotPending).
 func openSource(path string) (*os.File, error) {
-	f, err := openInput(path)
+	f, err := openForRead(path)
 	if err != nil {
 		return nil, err
 	}
