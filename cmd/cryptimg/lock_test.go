@@ -257,7 +257,7 @@ func TestLockHeldByDecrypt(t *testing.T) {
 		t.Error("the image changed under the reader")
 	}
 	// Released at exit.
-	mustRun(t, "reencrypt", "-q", "-d", fx.key, fastIter, img)
+	mustRun(t, "uuid", "-q", "--uuid", "01234567-89ab-4cde-8f01-23456789abcd", img)
 }
 
 // waitLocked waits until another process holds a lock on path.
