@@ -450,3 +450,29 @@ func TestLockCryptsetup(t *testing.T) {
 	}
 	wantBusy(t, r, fx.img, "read-write", add.Process.Pid, "cryptsetup)")
 }
+
+// TestBusyMessage words what filelock found: the holder's lock as
+// read-write or read-only, cryptimg's command among global flags, other
+// holders counted, and "another process" where none could be named.
+func TestBusyMessage(t *testing.T) {
+	for _, c := range []struct {
+		le   filelock.LockedError
+		want string
+	}{
+		{filelock.LockedError{Path: "a.luks", Mode: filelock.Shared},
+			"a.luks is busy: opened read-write by another process"},
+		{filelock.LockedError{Path: "a.luks", Mode: filelock.Exclusive},
+			"a.luks is busy: in use by another process"},
+		{filelock.LockedError{Path: "a.luks", Mode: filelock.Exclusive, Holders: []filelock.Holder{
+			{PID: 7, Mode: filelock.Shared, Args: []string{"/usr/bin/cryptimg", "--jobs", "2", "decrypt", "a.luks", "-"}},
+			{PID: 8, Mode: filelock.Shared, Args: []string{"cryptsetup", "luksDump"}},
+			{PID: 9, Mode: filelock.Shared}}},
+			"a.luks is busy: opened read-only by pid 7 (cryptimg decrypt) and 2 other processes"},
+		{filelock.LockedError{Path: "a.luks", Mode: filelock.Shared, Holders: []filelock.Holder{{PID: 1 << 30, Mode: filelock.Exclusive}}},
+			"a.luks is busy: opened read-write by pid 1073741824"},
+	} {
+		if got := busyMessage(&c.le); got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
+		}
+	}
+}

@@ -61,3 +61,23 @@ func TestLockModes(t *testing.T) {
 		}
 	}
 }
+
+// TestTransient: Lock retries only where no holder is known, or the only
+// ones are forks of this process that have not exec'd yet.
+func TestTransient(t *testing.T) {
+	other := os.Getpid() + 1
+	for _, c := range []struct {
+		hs   []Holder
+		want bool
+	}{
+		{nil, true},
+		{[]Holder{{PID: other, Args: os.Args}}, true},
+		{[]Holder{{PID: os.Getpid(), Args: os.Args}}, false},
+		{[]Holder{{PID: other, Args: []string{"cryptimg", "open"}}}, false},
+		{[]Holder{{PID: other, Args: os.Args}, {PID: other + 1, Args: []string{"sleep"}}}, false},
+	} {
+		if got := transient(c.hs); got != c.want {
+			t.Errorf("transient(%+v) = %v", c.hs, got)
+		}
+	}
+}
