@@ -40,6 +40,10 @@ open runs in the foreground until "cryptimg close MOUNTPOINT", SIGINT or
 SIGTERM unmounts it; with --background it returns once the mount is ready.
 As root it mounts directly; otherwise it needs fusermount3 (Debian: fuse3).
 A mount left behind by a killed open is cleared by the next open or close.
+
+The image stays locked while mounted: read-write, no other command may open
+it; read-only, readers and other read-only mounts may, writers may not. A
+conflicting command exits 5 naming the mount point.
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
   losetup -f --show /mnt/disk/disk.raw
