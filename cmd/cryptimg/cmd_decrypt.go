@@ -139,32 +139,43 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 }
 
 // openData opens the encrypted image src (named in), with its header in
-// the --header file if one is given; the caller runs the returned close.
+// the --header file if one is given, under a shared lock; the caller calls
+// the returned function when done with the image.
 func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func(), error) {
 	if g.header == "" {
-		e, err := image.Open(src)
-		if errors.Is(err, image.ErrDetached) {
-			err = fmt.Errorf("%w; name it with --header HEADER and give the data file as the image", err)
-		}
+		e, err := openDataWith(src, nil, in)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", in, err)
+			return nil, nil, err
 		}
 		warnHeaderCopy(g, in, e.Header)
 		e.AllowNullCipher = g.nullOK
 		return e, func() {}, nil
 	}
-	hf, err := openInput(g.header)
+	hf, err := openForRead(g.header)
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := image.OpenDetached(hf, src)
+	e, err := openDataWith(src, hf, in)
 	if err != nil {
 		hf.Close()
-		return nil, nil, fmt.Errorf("%s: %w", in, err)
+		return nil, nil, err
 	}
 	warnHeaderCopy(g, g.header, e.Header)
 	e.AllowNullCipher = g.nullOK
 	return e, func() { hf.Close() }, nil
+}
+
+// openDataWith reads the encrypted image src (named in), with its header
+// in hf, or in src if hf is nil.
+func openDataWith(src, hf *os.File, in string) (*image.Encrypted, error) {
+	e, err := openWithHeader(src, hf)
+	if errors.Is(err, image.ErrDetached) {
+		err = fmt.Errorf("%w; name it with --header HEADER and give the data file as the image", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", in, err)
+	}
+	return e, nil
 }
 
 // warnZeroed warns, unless quiet, that the sectors of bad, which failed

@@ -217,7 +217,7 @@ check failed.
 			if err != nil {
 				return err
 			}
-			f, err := openInput(path)
+			f, err := openForRead(path)
 			if err != nil {
 				return err
 			}

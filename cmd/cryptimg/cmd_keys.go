@@ -56,10 +56,10 @@ func info(g *globalOptions, format string, a ...any) {
 	}
 }
 
-// openImage opens an encrypted image read-only; errors name it. The caller
-// closes the file.
+// openImage opens an encrypted image read-only under a shared lock; errors
+// name it. The caller closes the file.
 func openImage(g *globalOptions, path string) (*os.File, *image.Encrypted, error) {
-	return openEncrypted(g, path, openInput)
+	return openEncrypted(g, path, openForRead)
 }
 
 // openEncrypted opens path with open and reads its LUKS header; errors name
@@ -139,25 +139,6 @@ func openWithHeader(f, hdr *os.File) (*image.Encrypted, error) {
 // against other cryptimg processes (exit 5 if one holds it).
 func openImageRW(g *globalOptions, path string) (*os.File, *image.Encrypted, error) {
 	return openEncrypted(g, path, openLocked)
-}
-
-// openLocked opens path read-write under the exclusive lock reencrypt
-// takes, and refuses an image with an unfinished in-place operation: its
-// header is about to be rewritten by the resumed operation.
-func openLocked(path string) (*os.File, error) {
-	f, err := lockImage(path)
-	if err != nil {
-		return nil, err
-	}
-	p, err := image.Pending(f, image.Sidecar(path))
-	if err == nil && p != nil {
-		err = p
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return f, nil
 }
 
 // openRW opens an existing regular file read-write.

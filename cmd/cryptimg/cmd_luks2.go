@@ -16,13 +16,14 @@ import (
 
 // openLUKS2RW opens path read-write and locked, and requires LUKS2.
 func openLUKS2RW(g *globalOptions, path string) (*os.File, *image.Encrypted, *header.LUKS2, error) {
-	return openLUKS2(g, path, openEncrypted)
+	return openLUKS2(g, path, openEncrypted, openLocked)
 }
 
-// openLUKS2 is openLUKS2RW with the image opened by open (with its
-// warning, or without it for repair).
-func openLUKS2(g *globalOptions, path string, open func(*globalOptions, string, func(string) (*os.File, error)) (*os.File, *image.Encrypted, error)) (*os.File, *image.Encrypted, *header.LUKS2, error) {
-	f, e, err := open(g, path, openLocked)
+// openLUKS2 opens path (or the --header file) with open, reads it with
+// read (openEncrypted, which warns about a header read from its secondary
+// copy, or readEncrypted, which does not: for repair), and requires LUKS2.
+func openLUKS2(g *globalOptions, path string, read func(*globalOptions, string, func(string) (*os.File, error)) (*os.File, *image.Encrypted, error), open func(string) (*os.File, error)) (*os.File, *image.Encrypted, *header.LUKS2, error) {
+	f, e, err := read(g, path, open)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -226,14 +227,31 @@ journal.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			if err := replayIntegrityJournal(g, path); err != nil {
-				return err
-			}
-			f, e, h, err := openLUKS2(g, path, readEncrypted)
+			// The header (or the image) and the data, whose integrity
+			// journal is replayed, stay locked for the whole repair.
+			hpath, err := headerPath(g, path)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
+			hf, err := openLocked(hpath)
+			if err != nil {
+				return err
+			}
+			defer hf.Close()
+			data := hf
+			if g.header != "" {
+				if data, err = openForWrite(path); err != nil {
+					return err
+				}
+				defer data.Close()
+			}
+			if err := replayIntegrityJournal(g, data, hf, path); err != nil {
+				return err
+			}
+			_, e, h, err := openLUKS2(g, path, readEncrypted, func(string) (*os.File, error) { return hf, nil })
+			if err != nil {
+				return err
+			}
 			if h.Warning == "" {
 				info(g, "%s: both LUKS2 header copies are good; nothing to repair", path)
 				return nil
@@ -248,22 +266,9 @@ journal.
 }
 
 // replayIntegrityJournal puts the pending writes of an authenticated
-// image's dm-integrity journal in place; other images are left alone.
-func replayIntegrityJournal(g *globalOptions, path string) error {
-	f, err := lockImage(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var hdr io.ReaderAt = f
-	if g.header != "" {
-		hf, err := openInput(g.header)
-		if err != nil {
-			return err
-		}
-		defer hf.Close()
-		hdr = hf
-	}
+// image's dm-integrity journal (in f, named path, with its header in hdr)
+// in place; other images are left alone.
+func replayIntegrityJournal(g *globalOptions, f, hdr *os.File, path string) error {
 	n, err := image.ReplayJournal(f, hdr)
 	switch {
 	case errors.Is(err, header.ErrNotAuthenticated):
@@ -273,5 +278,5 @@ func replayIntegrityJournal(g *globalOptions, path string) error {
 	case n > 0:
 		info(g, "%s: put %d blocks from the integrity journal in place", path, n)
 	}
-	return f.Close()
+	return nil
 }

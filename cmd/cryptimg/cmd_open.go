@@ -4,9 +4,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// The background child of open --background finds the volume key on fd 3
-// and reports readiness on fd 4; this variable tells it that it is one.
+// The background child of open --background finds the volume key on fd 3,
+// reports readiness on fd 4, and finds the image, opened and locked by its
+// parent, on fd 5 (and a detached header on fd 6); this variable tells it
+// that it is one.
 const openChildEnv = "CRYPTIMG_OPEN_CHILD"
+
+const (
+	openChildImageFD  = 5
+	openChildHeaderFD = 6
+)
 
 // fuseName is the filesystem type suffix of our mounts ("fuse.cryptimg"),
 // how close and the stale-mount check recognise them.
@@ -33,6 +40,10 @@ open runs in the foreground until "cryptimg close MOUNTPOINT", SIGINT or
 SIGTERM unmounts it; with --background it returns once the mount is ready.
 As root it mounts directly; otherwise it needs fusermount3 (Debian: fuse3).
 A mount left behind by a killed open is cleared by the next open or close.
+
+The image stays locked while mounted: read-write, no other command may open
+it; read-only, readers and other read-only mounts may, writers may not. A
+conflicting command exits 5 naming the mount point.
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
   losetup -f --show /mnt/disk/disk.raw

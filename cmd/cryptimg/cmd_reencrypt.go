@@ -13,6 +13,7 @@ import (
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/filelock"
 	"github.com/spf13/cobra"
 )
 
@@ -97,46 +98,6 @@ Keep the journal with the image.
 	return cmd
 }
 
-// lockImage opens path read-write and takes an exclusive advisory lock,
-// so two cryptimg processes never convert one image at once.
-func lockImage(path string) (*os.File, error) {
-	f, err := openRW(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := tryLock(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: %s is locked by another process", image.ErrBusy, path)
-	}
-	return f, nil
-}
-
-// opCommand is the command line that runs (or resumes) each operation.
-var opCommand = map[image.Op]string{image.OpReencrypt: "reencrypt", image.OpEncrypt: "encrypt --in-place", image.OpDecrypt: "decrypt --in-place", image.OpConvert: "convert"}
-
-// lockOp locks the image at path for op (see lockImage) and reports
-// whether an unfinished op is to be continued; it refuses an unfinished
-// operation of another kind, and --resume (resume) with none.
-func lockOp(path string, op image.Op, resume bool) (f *os.File, resuming bool, err error) {
-	if f, err = lockImage(path); err != nil {
-		return nil, false, err
-	}
-	p, err := image.Pending(f, image.Sidecar(path))
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%s: %w", path, err)
-	case p != nil && p.Op != op:
-		err = fmt.Errorf("%s: %w", path, p)
-	case p == nil && resume:
-		err = fmt.Errorf("%s: %w", path, image.ErrNothingToResume)
-	}
-	if err != nil {
-		f.Close()
-		return nil, false, err
-	}
-	return f, p != nil, nil
-}
-
 func checkHotzone(n int64) error {
 	if n < 0 || n%512 != 0 {
 		return usagef("--hotzone-size must be a positive multiple of 512")
@@ -182,7 +143,7 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 	var hdr *os.File
 	if g.header != "" {
 		// The detached header changes too: locked like the image.
-		if hdr, err = lockImage(g.header); err != nil {
+		if hdr, err = openForWrite(g.header); err != nil {
 			return err
 		}
 		defer hdr.Close()
@@ -417,7 +378,7 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	defer f.Close()
 	var hdr *os.File
 	if g.header != "" {
-		if hdr, err = lockImage(g.header); err != nil {
+		if hdr, err = openForWrite(g.header); err != nil {
 			return err
 		}
 		defer hdr.Close()
@@ -489,9 +450,9 @@ func createHeaderFile(path string, resuming bool) (*os.File, error) {
 			return nil, fmt.Errorf("failed to make %s private (mode 0600): %w", path, err)
 		}
 	}
-	if err := tryLock(f); err != nil {
+	if err := lockFile(f, path, filelock.Exclusive); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is locked by another process", image.ErrBusy, path)
+		return nil, err
 	}
 	d, err := os.Open(filepath.Dir(path))
 	if err == nil {

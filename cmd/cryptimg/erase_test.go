@@ -319,7 +319,7 @@ func TestEraseRefusesBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := mustRead(t, img)
-	if r := expectCode(t, exitBusy, "erase", "-q", img); !strings.Contains(r.stderr, "locked") {
+	if r := expectCode(t, exitBusy, "erase", "-q", img); !strings.Contains(r.stderr, "is busy: opened read-write by pid") {
 		t.Errorf("locked: %q", r.stderr)
 	}
 	f.Close()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/filelock"
 	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 )
@@ -74,6 +75,7 @@ func exitCode(err error) int {
 		errors.Is(err, image.ErrVolumeKeyMismatch):
 		return exitNoKey
 	case errors.Is(err, image.ErrBusy),
+		errors.Is(err, filelock.ErrLocked),
 		errors.Is(err, image.ErrJournalPending),
 		errors.Is(err, image.ErrJournalMissing),
 		errors.Is(err, header.ErrMarked),

@@ -7,8 +7,10 @@ import (
 	"github.com/cryptimg/cryptimg/image"
 )
 
-// openInput opens an existing regular file for reading. What is not one
-// is refused before the open, which on a FIFO would wait for a writer.
+// openInput opens an existing regular file for reading, unlocked: images
+// and headers are opened through openForRead (lock.go). What is not a
+// regular file is refused before the open, which on a FIFO would wait for
+// a writer.
 func openInput(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", path)
@@ -29,10 +31,11 @@ func openInput(path string) (*os.File, error) {
 	return f, nil
 }
 
-// openSource opens an existing image file to read from, refusing one with
-// an unfinished reencrypt or in-place operation (see checkNotPending).
+// openSource opens an existing image file to read from under a shared
+// lock, refusing one with an unfinished reencrypt or in-place operation
+// (see checkNotPending).
 func openSource(path string) (*os.File, error) {
-	f, err := openInput(path)
+	f, err := openForRead(path)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,4 +59,27 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// mountOf is the mount point of the cryptimg mount that process pid
+// serves ("" if none): open names its mounts "cryptimg:PID".
+func mountOf(pid int) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	src := "cryptimg:" + strconv.Itoa(pid)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		if fields[sep+1] == "fuse."+fuseName && fields[sep+2] == src {
+			return unescapeMount(fields[4])
+		}
+	}
+	return ""
 }

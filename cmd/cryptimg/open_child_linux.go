@@ -22,8 +22,10 @@ import (
 
 // startBackground re-runs open in a detached child that takes the
 // unlocked volume key through a pipe, and returns once the child says the
-// mount is ready (or why it failed).
-func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.Key) error {
+// mount is ready (or why it failed). The child inherits the image src and
+// the header file hf (nil without --header) open and locked, so that the
+// lock passes to it with no moment unlocked, and lives as long as it does.
+func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.Key, src, hf *os.File) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -56,7 +58,10 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 	}
 	cmd := exec.Command(exe, append(args, "--", img, mnt)...)
 	cmd.Env = append(os.Environ(), openChildEnv+"=1")
-	cmd.ExtraFiles = []*os.File{keyR, readyW}
+	cmd.ExtraFiles = []*os.File{keyR, readyW, src}
+	if hf != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, hf)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Dir = "/"
 	err = cmd.Start()
@@ -86,6 +91,25 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 		fmt.Fprintf(g.stderr, "cryptimg: %s mounted at %s\n", img, filepath.Join(mnt, plainName(img)))
 	}
 	return nil
+}
+
+// inheritedFile is the file the parent passed on fd, which must be path's:
+// the image (or header) it opened and locked.
+func inheritedFile(fd uintptr, path string) (*os.File, error) {
+	f := os.NewFile(fd, path)
+	if f == nil {
+		return nil, fmt.Errorf("%s: no inherited file on fd %d", path, fd)
+	}
+	fst, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: no inherited file on fd %d: %w", path, fd, err)
+	}
+	if st, err := os.Stat(path); err != nil || !os.SameFile(st, fst) {
+		f.Close()
+		return nil, fmt.Errorf("%s: the file inherited on fd %d is not this one", path, fd)
+	}
+	return f, nil
 }
 
 // childKey reads the volume key the parent passed on fd 3.

@@ -18,6 +18,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/filelock"
 )
 
 func runOpen(ctx context.Context, g *globalOptions, o openOptions, img, mnt string) error {
@@ -46,23 +47,38 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 			return err
 		}
 	}
-	flag := os.O_RDWR
-	if o.readOnly {
-		flag = os.O_RDONLY
+	// The image is locked for as long as the mount lives: shared when
+	// read-only, exclusive when read-write. The background child inherits
+	// the locked files (fds 5 and 6) and holds them after its parent exits.
+	var src, hf *os.File
+	if child {
+		src, err = inheritedFile(openChildImageFD, img)
+	} else {
+		src, err = openImageFile(img, o.readOnly)
 	}
-	src, err := os.OpenFile(img, flag, 0)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	if g.header != "" {
+		if child {
+			hf, err = inheritedFile(openChildHeaderFD, g.header)
+		} else {
+			// The header is only read, whatever the mount does.
+			hf, err = openForRead(g.header)
+		}
+		if err != nil {
+			return err
+		}
+		defer hf.Close()
+	}
 	if err := checkNotPending(src, img); err != nil {
 		return err
 	}
-	e, closeHeader, err := openData(g, src, img)
+	e, err := openDataWith(src, hf, img)
 	if err != nil {
 		return err
 	}
-	defer closeHeader()
 	var k *image.Key
 	if child {
 		if k, err = childKey(e, o.keySlot); err != nil {
@@ -73,7 +89,7 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 	}
 	defer k.Clear()
 	if o.background && !child {
-		return startBackground(g, img, mnt, o.readOnly, k)
+		return startBackground(g, img, mnt, o.readOnly, k, src, hf)
 	}
 	v, err := e.View(src, k, o.readOnly)
 	if err != nil {
@@ -91,6 +107,24 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 			img, filepath.Join(mnt, name), mnt)
 	}
 	return serve(ctx, g, server, v, mnt)
+}
+
+// openImageFile opens the image to mount under the lock its mount needs:
+// exclusive to write, shared to read only.
+func openImageFile(img string, readOnly bool) (*os.File, error) {
+	flag, m := os.O_RDWR, filelock.Exclusive
+	if readOnly {
+		flag, m = os.O_RDONLY, filelock.Shared
+	}
+	f, err := os.OpenFile(img, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockFile(f, img, m); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // serve waits for the mount to go away (close, umount) or for a signal,

@@ -16,3 +16,6 @@ func runOpen(ctx context.Context, g *globalOptions, o openOptions, img, mnt stri
 }
 
 func runClose(g *globalOptions, mnt string) error { return errOpenLinuxOnly }
+
+// mountOf: no cryptimg mounts here.
+func mountOf(int) string { return "" }

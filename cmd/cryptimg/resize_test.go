@@ -14,6 +14,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/filelock"
 )
 
 // unlockedImage opens the image at path (flag: os.O_RDONLY or os.O_RDWR)
@@ -182,10 +183,10 @@ func TestResizeCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tryLock(lf); err != nil {
+	if err := filelock.Lock(lf, img, filelock.Exclusive); err != nil {
 		t.Fatal(err)
 	}
-	if r := cryptimg(t, "", "resize", "--size", "16M", img); r.code != exitBusy {
+	if r := cryptimg(t, "", "resize", "--size", "16M", img); r.code != exitBusy || !strings.Contains(r.stderr, "is busy") {
 		t.Errorf("locked image: exit %d, %s", r.code, r.stderr)
 	}
 	lf.Close()

@@ -1,0 +1,6 @@
+//go:build windows
+
+package main
+
+// ignoreSIGPIPE: Windows has no SIGPIPE; a closed pipe is an error already.
+func ignoreSIGPIPE() {}
