@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/filelock"
 )
 
 // openInput opens an existing regular file for reading, unlocked: images
@@ -77,15 +78,46 @@ func checkOutputPath(in, out string, force bool) error {
 // command fails or the process is interrupted. The caller defers
 // done() and calls o.Commit on success.
 func createOutput(g *globalOptions, path string, force bool) (o *image.Output, done func(), err error) {
+	held, err := lockReplaced(path, force)
+	if err != nil {
+		return nil, nil, err
+	}
 	o, err = image.CreateOutput(path, force)
 	if err != nil {
+		held.Close()
 		return nil, nil, err
 	}
 	unregister := g.cleanup.add(func() { os.Remove(o.TempName()) })
 	return o, func() {
 		o.Abort()
 		unregister()
+		held.Close()
 	}, nil
+}
+
+// lockReplaced locks an existing OUTPUT that --force will replace,
+// exclusively, until the command ends: it may be an image another command
+// has open (a mount, a decrypt), whose writes would go on into the
+// replaced file and be lost, so that is refused as busy instead. It
+// returns nil (whose Close does nothing) when there is nothing to lock.
+func lockReplaced(path string, force bool) (*os.File, error) {
+	if !force {
+		return nil, nil
+	}
+	// Stat first: opening a FIFO would wait for a writer (and
+	// CreateOutput refuses what is not a regular file).
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil
+	}
+	if err := lockFile(f, path, filelock.Exclusive); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // commitOutputs renames a finished image and its detached header (hdr may

@@ -476,3 +476,29 @@ func TestBusyMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestLockForcedOutput: an existing OUTPUT that --force replaces is locked
+// first. While another command holds it (a mount, a decrypt), encrypt and
+// decrypt --force exit 5 naming the holder and leave it as it was: the
+// rename would have swapped the file out from under them. Unheld, it is
+// replaced.
+func TestLockForcedOutput(t *testing.T) {
+	fx := newLockFixture(t)
+	out := filepath.Join(fx.dir, "out.img")
+	copyImage(t, fx.img, out)
+	before := fileSHA(t, out)
+	cmds := [][]string{
+		{"encrypt", "--force", "-d", fx.key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, fx.plain, out},
+		{"decrypt", "--force", "-d", fx.key, fx.img, out},
+	}
+	release := holdLock(t, out, filelock.Shared)
+	for _, args := range cmds {
+		wantBusy(t, cryptimg(t, "", args...), out, "read-only", os.Getpid(), "cryptimg.test)")
+		if fileSHA(t, out) != before {
+			t.Fatalf("%s --force replaced an output another process holds", args[0])
+		}
+	}
+	release()
+	mustRun(t, cmds[1]...)
+	sameContent(t, fx.plain, out)
+}
