@@ -475,7 +475,13 @@ func TestIntegrityLsCat(t *testing.T) {
 	flipByte(t, img, g.DataOffset(0)+3)
 	for _, args := range [][]string{{img}, {"--json", img}} {
 		r = cryptimg(t, "", append([]string{"ls", "-d", key}, args...)...)
-		if r.code != 4 || r.stdout != "" || !strings.Contains(r.stderr, "integrity check failed at sector 0") || strings.Count(r.stderr, "\n") != 1 {
+		// Under --json the failure is the one error object on stdout.
+		wantOut := ""
+		if args[0] == "--json" {
+			wantOut = `"exit_code":4}`
+		}
+		if r.code != 4 || !strings.Contains(r.stdout, wantOut) || strings.Count(r.stdout, "\n") != strings.Count(wantOut, "}") ||
+			!strings.Contains(r.stderr, "integrity check failed at sector 0") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("ls %v of a disk with a tampered sector 0: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 	}

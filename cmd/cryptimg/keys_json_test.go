@@ -53,8 +53,10 @@ func TestKeyCommandsJSON(t *testing.T) {
 		t.Errorf("change-key --json: old_key_slot %v, want 1", c.OldKeySlot)
 	}
 	wantSlot(t, slotOut(t, mustRun(t, "test-key", "--json", "-d", key[3], img)), "test-key", img, 2)
-	if r := expectCode(t, exitNoKey, "test-key", "--json", "-d", key[2], img); r.stdout != "" {
-		t.Errorf("test-key --json with a wrong key prints %q", r.stdout)
+	// A failure under --json prints the error object alone, no result.
+	if r := expectCode(t, exitNoKey, "test-key", "--json", "-d", key[2], img); !strings.HasPrefix(r.stdout, `{"message_type":"error",`) ||
+		!strings.HasSuffix(r.stdout, `"exit_code":2}`+"\n") || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("test-key --json with a wrong key prints %q, want one error object", r.stdout)
 	}
 
 	wantSlot(t, slotOut(t, mustRun(t, "remove-key", "--json", "-q", "-d", key[3], img)), "remove-key", img, 2)
