@@ -304,7 +304,7 @@ type chunkReader struct {
 	unordered bool         // workers write their own chunks
 
 	mu    sync.Mutex  // serial reads only
-	holes *holeFinder // serial reads only; parallel ones have one per worker
+	holes *holeFinder // shared by the workers
 
 	// The first error in chunk order: once a chunk fails, no later chunk
 	// is started, and the chunks before it still finish, so that the error
@@ -324,9 +324,7 @@ func newChunkReader(src io.ReaderAt, extents []Extent, p plan, o Options) *chunk
 		r.first = append(r.first, n)
 		n += (e.Length + int64(p.chunk) - 1) / int64(p.chunk)
 	}
-	if !r.parallel {
-		r.holes = newHoleFinder(src)
-	}
+	r.holes = newHoleFinder(src)
 	return r
 }
 
@@ -364,18 +362,17 @@ func (r *chunkReader) chunk(seq int64, buf []byte) chunk {
 
 // take numbers and reads the next chunk into buf. ok is false when there
 // are no chunks left.
-func (r *chunkReader) take(buf []byte, holes *holeFinder) (c chunk, ok bool, err error) {
+func (r *chunkReader) take(buf []byte) (c chunk, ok bool, err error) {
 	if !r.parallel {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		holes = r.holes
 	}
 	seq := r.next.Add(1) - 1
 	if seq >= r.p.chunks || seq >= r.stop.Load() {
 		return chunk{}, false, nil
 	}
 	c = r.chunk(seq, buf)
-	return c, true, readFull(r.src, holes, c.buf, c.src)
+	return c, true, readFull(r.src, r.holes, c.buf, c.src)
 }
 
 // fail records err as the error of chunk seq, keeping the first in
@@ -395,10 +392,6 @@ func (r *chunkReader) fail(seq int64, err error) {
 // that fails goes on out with its error. It returns when the chunks run
 // out, after a failure, or when ctx is done.
 func (r *chunkReader) work(ctx context.Context, t Transform, dst io.WriterAt, pl *bufPool, out chan<- chunk) {
-	var holes *holeFinder
-	if r.parallel {
-		holes = newHoleFinder(r.src)
-	}
 	for {
 		buf := pl.get(ctx)
 		if buf == nil {
@@ -408,7 +401,7 @@ func (r *chunkReader) work(ctx context.Context, t Transform, dst io.WriterAt, pl
 			pl.put(buf)
 			return
 		}
-		c, ok, err := r.take(buf, holes)
+		c, ok, err := r.take(buf)
 		if !ok {
 			pl.put(buf)
 			return
