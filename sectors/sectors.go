@@ -100,10 +100,10 @@ type Options struct {
 	// Unordered lets each worker write its own chunks as soon as they are
 	// transformed, in any order (one WriteAt at a time), instead of passing
 	// them to one writer that writes them in order. dst.WriteAt is then
-	// called from the workers, and no dst range may
-	// overlap a src range of another chunk. For a new output file, where
-	// the order of writes does not matter; not for an output whose format
-	// allocates as it is written (qcow2), nor in place with a shift.
+	// called from the workers, and no dst range may overlap a src range of
+	// another chunk. For a new output file, where the order of writes does
+	// not matter; not for an output whose format allocates as it is
+	// written (qcow2), nor in place with a shift.
 	Unordered bool
 	// Collect allocates every chunk buffer up front and then runs a
 	// garbage collection (runtime.GC) before the workers start. A
