@@ -310,6 +310,7 @@ func (e *Encrypted) decryptAuth(ctx context.Context, w io.WriterAt, k *Key, p Pi
 	var bad badList
 	so := p.options(e.PayloadSize, true)
 	so.SectorSize = a.Geometry().SectorSize
+	so.Unordered = newFile(w)
 	t := openTransform(e.f, e.auth, a, &bad)
 	if !allowCorrupt {
 		t = stopOnBad(t, &bad)
@@ -360,7 +361,7 @@ func (e *Encrypted) firstBad(ctx context.Context, a cipher.AuthSector, bad *badL
 		x.Length = min(x.Length, int64(first-x.Sector)*512)
 		ext = append(ext, x)
 	}
-	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: a.Geometry().SectorSize}
+	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: a.Geometry().SectorSize, Unordered: true}
 	if err := sectors.Run(ctx, discard{}, e.f, ext, checkTransform(e.f, e.auth, a, &before), so); err != nil {
 		return err
 	}
@@ -396,6 +397,7 @@ func (e *Encrypted) Verify(ctx context.Context, k *Key, p Pipeline) (*VerifyRepo
 	var bad badList
 	so := p.options(e.PayloadSize, false)
 	so.SectorSize = a.Geometry().SectorSize
+	so.Unordered = true // nothing is written: no order to keep
 	if err := sectors.Run(ctx, discard{}, e.f, authExtents(e.auth), checkTransform(e.f, e.auth, a, &bad), so); err != nil {
 		return nil, err
 	}
@@ -470,6 +472,7 @@ func encryptAuth(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o 
 	}
 	so := o.Pipeline.options(src.Size, false)
 	so.SectorSize = ss
+	so.Unordered = true // a new file: data and tag areas apart, written in any order
 	return sectors.Run(ctx, dst, src.guest, ext, sealTransform(dst, g, a), so)
 }
 

@@ -32,13 +32,21 @@ func (e *Encrypted) DecryptAuthStream(ctx context.Context, w io.Writer, k *Key, 
 		return 0, err
 	}
 	var bad badList
-	t := inAreas(e.auth, openTransform(e.f, e.auth, a, &bad))
+	t := openTransform(e.f, e.auth, a, &bad)
 	if !allowCorrupt {
 		t = stopOnBad(t, &bad)
 	}
 	so := p.options(e.PayloadSize, false)
 	so.SectorSize = a.Geometry().SectorSize
-	n, err := sectors.Stream(ctx, w, &areaReader{r: e.f, g: e.auth}, 0, t, so)
+	// The workers read the areas' data themselves, in parallel (a chunk
+	// never spans two areas: each is an extent); only the writes to w
+	// keep order, and the first failed chunk in that order stops them.
+	sw := &streamAt{w: w}
+	err = sectors.Run(ctx, sw, e.f, authExtents(e.auth), t, so)
+	n := sw.off
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return n, fmt.Errorf("image: %w: %w", ErrTruncated, err)
+	}
 	if errors.Is(err, errBadSector) {
 		return n, e.firstBad(ctx, a, &bad, p)
 	}
@@ -49,17 +57,6 @@ func (e *Encrypted) DecryptAuthStream(ctx context.Context, w io.Writer, k *Key, 
 		return n, fmt.Errorf("image: internal error: streamed %d of %d bytes", n, e.PayloadSize)
 	}
 	return n, bad.err()
-}
-
-// inAreas calls t once per piece of a chunk that lies in one interleave
-// area: the tags of consecutive areas are not contiguous, and a stream's
-// chunks need not end where an area does.
-func inAreas(g *integrity.Geometry, t sectors.Transform) sectors.Transform {
-	return func(dst, src []byte, n uint64) error {
-		return areaPieces(g, int64(n)*512, len(src), func(lo, hi int, unit uint64) error {
-			return t(dst[lo:hi], src[lo:hi], unit)
-		})
-	}
 }
 
 // areaPieces calls fn over the bytes [s, s+n) of the integrity device cut
@@ -75,31 +72,4 @@ func areaPieces(g *integrity.Geometry, s int64, n int, fn func(lo, hi int, unit 
 		lo = hi
 	}
 	return nil
-}
-
-// areaReader reads the data of every area in order: the integrity
-// device's sectors, without the tags between them. A file that ends
-// inside an area is ErrTruncated, not a shorter stream.
-type areaReader struct {
-	r    io.ReaderAt
-	g    *integrity.Geometry
-	area uint64 // the area being read
-	off  int64  // bytes of it already read
-}
-
-func (ar *areaReader) Read(p []byte) (int, error) {
-	if ar.area >= ar.g.NumAreas() {
-		return 0, io.EOF
-	}
-	a := ar.g.Area(ar.area)
-	n, err := ar.r.ReadAt(p[:min(int64(len(p)), a.DataLen-ar.off)], a.DataOffset+ar.off)
-	ar.off += int64(n)
-	if ar.off == a.DataLen {
-		ar.area, ar.off = ar.area+1, 0
-		return n, nil
-	}
-	if errors.Is(err, io.EOF) {
-		return n, fmt.Errorf("image: %w: the file ends inside integrity area %d", ErrTruncated, a.Index)
-	}
-	return n, err
 }

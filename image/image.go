@@ -478,6 +478,7 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: rawIV(0)}}
 		so := o.Pipeline.options(e.PayloadSize, true)
 		so.SectorSize = k.Cipher.Geometry().SectorSize
+		so.Unordered = newFile(w)
 		err = sectors.Run(ctx, w, e.f, ext, t, so)
 	}
 	if err != nil {
@@ -626,7 +627,16 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: rawIV(0)}}
 	so := o.Pipeline.options(src.Size, false)
 	so.SectorSize = ss
+	so.Unordered = true // dst is a new file
 	return sectors.Run(ctx, dst, src.guest, ext, t, so)
+}
+
+// newFile reports whether w is the new output file of a run (an
+// *os.File, not a qcow2 writer that allocates clusters as it is written),
+// which the workers may write in any order (sectors.Options.Unordered).
+func newFile(w io.WriterAt) bool {
+	_, ok := w.(*os.File)
+	return ok
 }
 
 // SameFile reports whether two paths name the same existing file.

@@ -59,6 +59,7 @@ func (e *Encrypted) decryptQcow2(ctx context.Context, w io.WriterAt, t sectors.T
 		}
 	}
 	o := p.options(total, true)
+	o.Unordered = newFile(w) // a raw output; a qcow2 one allocates in order
 	if err := sectors.Run(ctx, w, e.f, runs, t, o); err != nil {
 		return err
 	}

@@ -119,3 +119,39 @@ func (e *Encrypted) DecryptStream(ctx context.Context, w io.Writer, payload io.R
 	}
 	return n, err
 }
+
+// DecryptFileStream writes the plaintext of a raw image opened from a
+// file (Open) to w, in order, and returns its length. Unlike
+// DecryptStream, the workers read the file themselves, in parallel; only
+// the writes to w are in order.
+func (e *Encrypted) DecryptFileStream(ctx context.Context, w io.Writer, k *Key, p Pipeline) (int64, error) {
+	if e.Format != Raw || e.auth != nil {
+		return 0, fmt.Errorf("image: DecryptFileStream of a %s image with integrity %v", e.Format, e.auth != nil)
+	}
+	c := k.Cipher
+	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: c.Geometry().SectorSize, Collect: true}
+	if p.Progress != nil {
+		p.Progress(0, e.PayloadSize)
+		so.Progress = func(d int64) { p.Progress(d, e.PayloadSize) }
+	}
+	sw := &streamAt{w: w}
+	ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, Length: e.PayloadSize, Sector: rawIV(0)}}
+	err := sectors.Run(ctx, sw, e.f, ext, c.DecryptSectors, so)
+	return sw.off, err
+}
+
+// streamAt writes the chunks of an ordered sectors.Run to a stream: they
+// come in order, back to back from offset 0.
+type streamAt struct {
+	w   io.Writer
+	off int64
+}
+
+func (s *streamAt) WriteAt(p []byte, off int64) (int, error) {
+	if off != s.off {
+		return 0, fmt.Errorf("image: stream written at %d, want %d", off, s.off)
+	}
+	n, err := s.w.Write(p)
+	s.off += int64(n)
+	return n, err
+}

@@ -4,14 +4,19 @@ import (
 	"io"
 	"math"
 	"os"
+	"sync"
 )
 
 // holeFinder tells data from holes in a regular file with SEEK_DATA and
 // SEEK_HOLE, so that holes can be zero-filled instead of read. It caches the
 // last segment found, which makes sequential use cost about two lseek calls
 // per data segment and one per hole. Offsets are those of the ReaderAt given
-// to newHoleFinder; base converts them to file offsets.
+// to newHoleFinder; base converts them to file offsets. It is safe for
+// concurrent use: a run's workers share one, so that a dense file's
+// SEEK_HOLE, which walks its whole page cache on tmpfs, runs once per run
+// rather than once per worker.
 type holeFinder struct {
+	mu   sync.Mutex
 	fd   int
 	base int64 // file offset of ReaderAt offset 0
 	size int64 // file size when the run started
@@ -49,6 +54,8 @@ func newHoleFinder(src io.ReaderAt) *holeFinder {
 // so that reading there fails with a short read. If the file system cannot
 // tell, everything is data.
 func (h *holeFinder) segment(off int64) (hole bool, end int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	abs := h.base + off
 	if abs < h.start || abs >= h.end {
 		h.find(abs)

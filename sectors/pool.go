@@ -3,15 +3,16 @@ package sectors
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 )
 
 // bufPool hands out at most cap chunk buffers of one size. Buffers are
 // allocated on first use and then recycled, so a run allocates at most cap
-// buffers whatever its length. get is called only by the reader goroutine.
+// buffers whatever its length. get and put may be called concurrently.
 type bufPool struct {
 	free      chan []byte
 	size      int
-	allocated int // buffers made so far; only the reader touches it
+	allocated atomic.Int64 // buffers made so far
 }
 
 func newPool(n, size int) *bufPool {
@@ -28,9 +29,14 @@ func (p *bufPool) get(ctx context.Context) []byte {
 		return b[:p.size]
 	default:
 	}
-	if p.allocated < cap(p.free) {
-		p.allocated++
-		return make([]byte, p.size)
+	for {
+		n := p.allocated.Load()
+		if n >= int64(cap(p.free)) {
+			break
+		}
+		if p.allocated.CompareAndSwap(n, n+1) {
+			return make([]byte, p.size)
+		}
 	}
 	select {
 	case b := <-p.free:
@@ -45,7 +51,7 @@ func (p *bufPool) get(ctx context.Context) []byte {
 // has room for what the run allocates and no collection comes due while
 // the workers are in assembly.
 func (p *bufPool) collect() {
-	for ; p.allocated < cap(p.free); p.allocated++ {
+	for ; p.allocated.Load() < int64(cap(p.free)); p.allocated.Add(1) {
 		p.free <- make([]byte, p.size)
 	}
 	runtime.GC()
@@ -68,9 +74,9 @@ type Buffers struct {
 func (b *Buffers) lend(p *bufPool) {
 	kept := b.free[:0]
 	for _, buf := range b.free {
-		if cap(buf) >= p.size && p.allocated < p.cap() {
+		if cap(buf) >= p.size && p.allocated.Load() < int64(p.cap()) {
 			p.free <- buf[:p.size]
-			p.allocated++
+			p.allocated.Add(1)
 			continue
 		}
 		kept = append(kept, buf)

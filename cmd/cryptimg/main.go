@@ -99,7 +99,11 @@ func (g *globalOptions) validate() error {
 // pipeline is the pipeline configuration of the global flags, reporting
 // progress to p.
 func (g *globalOptions) pipeline(p *opProgress) image.Pipeline {
-	return image.Pipeline{Jobs: g.jobs, ChunkSize: g.chunk, Progress: p.update}
+	jobs := g.jobs
+	if jobs == 0 {
+		jobs = defaultJobs()
+	}
+	return image.Pipeline{Jobs: jobs, ChunkSize: g.chunk, Progress: p.update}
 }
 
 func (g *globalOptions) stderrIsTerminal() bool {
@@ -139,7 +143,7 @@ type the passphrase at the terminal prompt.
 	f.BoolVar(&g.slowKDF, "allow-slow-kdf", false, "unlock even when the header asks for over a minute of key derivation or over half of the RAM")
 	f.BoolVar(&g.nullOK, "allow-null-cipher", false, "use a LUKS2 keyslot or data segment under the null cipher (cipher_null: not encrypted), which is refused otherwise; such a keyslot opens only with an empty passphrase")
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
-	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs)")
+	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs, at most the cgroup CPU limit)")
 	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
 	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt, ls, cat, open and the key and header commands")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {

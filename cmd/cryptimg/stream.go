@@ -311,6 +311,19 @@ func decryptFileToStream(cmd *cobra.Command, g *globalOptions, o decryptOptions,
 		warnHeaderCopy(g, in, ae.Header)
 		return decryptAuthToStream(cmd, g, o, ae, in, out)
 	}
+	if openErr == nil && ae.Format == image.Raw {
+		// A raw image file: the workers read it themselves, in
+		// parallel, and only the writes to the stream keep order.
+		warnHeaderCopy(g, in, ae.Header)
+		k, err := unlockImage(g, ae, o.key, in, passPrompt(in), o.keySlot)
+		if err != nil {
+			return err
+		}
+		defer k.Clear()
+		return streamTo(g, "decrypt", in, out, o.force, o.json, ae.PayloadSize, volumeOf(ae.Header, k.Slot), func(w io.Writer, p image.Pipeline) (int64, error) {
+			return ae.DecryptFileStream(cmd.Context(), w, k, p)
+		})
+	}
 	st, err := f.Stat()
 	if err != nil {
 		return err
