@@ -168,43 +168,64 @@ func (h *LUKS2) withSlot(slot int, passphrase, volumeKey []byte, kdf KDF, rnd io
 
 // KillSlot removes keyslot slot, from the digests and tokens that name it
 // too: both copies are written first, then its area is overwritten with
-// random bytes (synced).
+// random bytes (synced). It is RemoveSlots of one slot.
 func (h *LUKS2) KillSlot(slot int, rnd io.Reader) (*Update, error) {
+	return h.RemoveSlots([]int{slot}, nil, rnd)
+}
+
+// RemoveSlots removes the keyslots slots and the tokens tokens in one
+// commit: both copies are written without them (the digests and the kept
+// tokens no longer name the slots), then each slot's area is overwritten
+// with random bytes, synced.
+func (h *LUKS2) RemoveSlots(slots, tokens []int, rnd io.Reader) (*Update, error) {
 	if err := h.writable(); err != nil {
 		return nil, err
 	}
-	if err := h.CheckSlot(slot); err != nil {
-		return nil, err
-	}
-	k := h.Keyslots[slot]
-	if k == nil {
-		return nil, fmt.Errorf("key slot %d is not active", slot)
-	}
 	n := h.clone()
-	delete(n.Keyslots, slot)
-	name := strconv.Itoa(slot)
-	for i, d := range n.Digests {
-		if slices.Contains(d.Keyslots, name) {
-			c := *d
-			c.Keyslots = slices.DeleteFunc(slices.Clone(d.Keyslots), func(s string) bool { return s == name })
-			c.changed = true
-			n.Digests[i] = &c
+	var post []Write
+	for _, slot := range slots {
+		if err := h.CheckSlot(slot); err != nil {
+			return nil, err
 		}
-	}
-	for i, t := range n.Tokens {
-		if slices.Contains(t.Keyslots, name) {
-			c, err := t.without(name)
-			if err != nil {
-				return nil, err
+		k := n.Keyslots[slot]
+		if k == nil {
+			return nil, fmt.Errorf("key slot %d is not active", slot)
+		}
+		delete(n.Keyslots, slot)
+		name := strconv.Itoa(slot)
+		for i, d := range n.Digests {
+			if slices.Contains(d.Keyslots, name) {
+				c := *d
+				c.Keyslots = slices.DeleteFunc(slices.Clone(d.Keyslots), func(s string) bool { return s == name })
+				c.changed = true
+				n.Digests[i] = &c
 			}
-			n.Tokens[i] = c
+		}
+		wipe := make([]byte, k.Area.Size)
+		if _, err := io.ReadFull(randReader(rnd), wipe); err != nil {
+			return nil, fmt.Errorf("reading random wipe bytes: %w", err)
+		}
+		post = append(post, Write{Offset: int64(k.Area.Offset), Data: wipe, What: fmt.Sprintf("key slot %d wipe", slot), Sync: true})
+	}
+	for _, id := range tokens {
+		if n.Tokens[id] == nil {
+			return nil, fmt.Errorf("token %d does not exist", id)
+		}
+		delete(n.Tokens, id)
+	}
+	for _, slot := range slots {
+		name := strconv.Itoa(slot)
+		for i, t := range n.Tokens {
+			if slices.Contains(t.Keyslots, name) {
+				c, err := t.without(name)
+				if err != nil {
+					return nil, err
+				}
+				n.Tokens[i] = c
+			}
 		}
 	}
-	wipe := make([]byte, k.Area.Size)
-	if _, err := io.ReadFull(randReader(rnd), wipe); err != nil {
-		return nil, fmt.Errorf("reading random wipe bytes: %w", err)
-	}
-	return h.commit(n, nil, []Write{{Offset: int64(k.Area.Offset), Data: wipe, What: fmt.Sprintf("key slot %d wipe", slot), Sync: true}}, rnd)
+	return h.commit(n, nil, post, rnd)
 }
 
 // without is the token with keyslot name removed from its list, its other
