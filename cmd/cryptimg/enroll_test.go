@@ -60,7 +60,7 @@ func readLUKS2(t *testing.T, path string) *header.LUKS2 {
 	st, _ := f.Stat()
 	h, err := header.Read(f, 0, st.Size())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	return h.(*header.LUKS2)
 }

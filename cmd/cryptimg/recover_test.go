@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/cryptimg/cryptimg/header"
 )
 
 // zeroHead overwrites the first n bytes of path with zeros, as a stray dd
@@ -24,22 +22,6 @@ func zeroHead(t *testing.T, path string, n int) {
 	if _, err := f.WriteAt(make([]byte, n), 0); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// readHeader reads the LUKS2 header of path as the commands do.
-func readHeader(t *testing.T, path string) *header.LUKS2 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	h, err := header.Read(f, 0, st.Size())
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return h.(*header.LUKS2)
 }
 
 // lostPrimaryWarning is the line every command prints for an image whose
@@ -85,14 +67,14 @@ func checkRecovered(t *testing.T, img, hdr, key, off string, plain []byte) {
 		t.Error("a command that reads wrote to the header")
 	}
 	// The backup holds both copies made anew: it restores a primary.
-	if b := readHeader(t, filepath.Join(dir, "backup")); b.Warning != "" {
+	if b := readLUKS2(t, filepath.Join(dir, "backup")); b.Warning != "" {
 		t.Errorf("backup: %s", b.Warning)
 	}
 
 	if r := mustRun(t, opt("repair", img)...); strings.Contains(r.stderr, "warning") || !strings.Contains(r.stderr, "repaired") {
 		t.Errorf("repair: %q", r.stderr)
 	}
-	if h := readHeader(t, meta); h.Warning != "" || h.Recovered() != 0 {
+	if h := readLUKS2(t, meta); h.Warning != "" || h.Recovered() != 0 {
 		t.Errorf("after repair: %s (copy at %d)", h.Warning, h.Recovered())
 	}
 	if r := mustRun(t, opt("test-key", "-d", key, img)...); strings.Contains(r.stderr, "warning") {
@@ -138,7 +120,7 @@ func TestLUKS2LostPrimary(t *testing.T) {
 		mustRun(t, append(enc, src, img)...)
 		zeroHead(t, img, 4096)
 		mustRun(t, "add-key", "-d", key, "--new-key-file", key2, fastIter, "--pbkdf", "pbkdf2", img)
-		if h := readHeader(t, img); h.Warning != "" || h.Recovered() != 0 || !h.SlotActive(1) {
+		if h := readLUKS2(t, img); h.Warning != "" || h.Recovered() != 0 || !h.SlotActive(1) {
 			t.Errorf("after add-key: %q, copy at %d", h.Warning, h.Recovered())
 		}
 	})
@@ -194,7 +176,7 @@ func TestLUKS2LostPrimaryCryptsetup(t *testing.T) {
 				"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000",
 				"--luks2-metadata-size", strconv.FormatInt(size, 10),
 				"--luks2-keyslots-size", strconv.FormatInt(16<<20-2*size, 10), "--offset", "32768", img)
-			if h := readHeader(t, img); h.MetadataSize() != size {
+			if h := readLUKS2(t, img); h.MetadataSize() != size {
 				t.Fatalf("cryptsetup made metadata of %d bytes", h.MetadataSize())
 			}
 			zeroHead(t, img, 4096)
