@@ -6,6 +6,11 @@
 // src/shared/recovery-key.c and src/cryptenroll/cryptenroll-recovery.c).
 package token
 
+import (
+	"context"
+	"errors"
+)
+
 // Types maps systemd-cryptenroll's names of enrollment kinds (the words of
 // its --wipe-slot) to the LUKS2 token type each writes (systemd
 // src/cryptenroll/cryptenroll.c luks2_token_type_table). "password" has
@@ -16,3 +21,16 @@ var Types = map[string]string{
 	"fido2":    "systemd-fido2",
 	"tpm2":     "systemd-tpm2",
 }
+
+// An Unsealer recovers the passphrase of a token's key slots from the
+// token's JSON, as the program that wrote the token does at unlock: clevis
+// asks a tang server, systemd-cryptsetup asks a TPM. It is registered by
+// token type (Unsealers). The caller clears the passphrase.
+type Unsealer interface {
+	Unseal(ctx context.Context, tokenJSON []byte) ([]byte, error)
+}
+
+// ErrUnavailable reports that what a token needs to unseal is not at hand
+// (no TPM given, no tang server reachable), as opposed to a token that was
+// tried and refused.
+var ErrUnavailable = errors.New("token unlocker not available")
