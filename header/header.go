@@ -76,7 +76,7 @@ type KeySlot struct {
 // Active reports whether the slot holds a key.
 func (s *KeySlot) Active() bool { return s.State == SlotActive }
 
-// Header is a LUKS1 partition header (phdr).
+// LUKS1 is a LUKS1 partition header (phdr).
 type LUKS1 struct {
 	Version       uint16
 	CipherName    string
