@@ -12,8 +12,9 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
-// Defaults of Format, those of cryptsetup luksFormat --type luks1 with the
-// cipher this package supports.
+// Defaults of Format for the fields of Params left zero: the hash, iteration
+// time and alignment are cryptsetup luksFormat's for LUKS1, the key size is
+// that of DefaultCipherSpec.
 const (
 	DefaultHash         = "sha256"
 	DefaultKeyBytes     = 32              // of the default cipher; each cipher has its own (cipher.Mode.DefaultKeyBytes)
