@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -34,6 +35,63 @@ func TestDocCommentsNameTheirIdentifier(t *testing.T) {
 	for _, hit := range docCommentHits(t, "../..") {
 		t.Error(hit)
 	}
+}
+
+// TestDocsCiteRepoFiles: every Markdown file that a Go source (tests
+// included), a script or a Markdown file of the module names exists in the
+// repository, beside the file that names it or from the module root: the
+// docs cite only what a reader of the repository has.
+func TestDocsCiteRepoFiles(t *testing.T) {
+	root := "../.."
+	cite := regexp.MustCompile(`[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md\b`)
+	n := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (d.Name() == ".git" || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n++
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, loc := range cite.FindAllStringIndex(line, -1) {
+				ref := line[loc[0]:loc[1]]
+				// A URL names a file elsewhere on purpose.
+				token := line[strings.LastIndexAny(line[:loc[0]], " \t(<[`\"")+1 : loc[1]]
+				if strings.Contains(token, "://") {
+					continue
+				}
+				if !exists(filepath.Join(filepath.Dir(path), ref)) && !exists(filepath.Join(root, ref)) {
+					rel, _ := filepath.Rel(root, path)
+					t.Errorf("%s:%d: cites %s, which is not in the repository", rel, i+1, ref)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("read only %d files under %s", n, root)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // docCommentHits returns one line per doc comment of the module under root
