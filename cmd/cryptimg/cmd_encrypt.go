@@ -54,7 +54,6 @@ and renamed only when complete.
   cryptimg encrypt -d key.bin --output-format qcow2 disk.raw vm-encrypted.qcow2`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.cipherSet = cmd.Flags().Changed("cipher")
 			if o.inPlace || o.resume {
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")

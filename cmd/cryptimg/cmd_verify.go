@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -81,7 +82,7 @@ as "INTEGRITY AEAD ERROR, sector N". Exit status 4 when any sector fails.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-31)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-"+strconv.Itoa(header.SlotCount(2)-1)+")")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
 	return cmd
 }
