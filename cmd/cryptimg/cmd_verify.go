@@ -72,7 +72,7 @@ by cryptsetup and written through the kernel) against its tag, as the
 kernel's dm-crypt does on every read, without writing plaintext anywhere.
 
 A sector whose data or tag was changed, or that was never written, fails.
-The report names the failing 512-byte sectors, the numbers the kernel logs
+The report names the failing ` + strconv.Itoa(image.SectorSize) + `-byte sectors, the numbers the kernel logs
 as "INTEGRITY AEAD ERROR, sector N". Exit status 4 when any sector fails.
 ` + exitStatusHelp,
 		Example: `  cryptimg verify --key-file key.bin disk.luks

@@ -34,7 +34,7 @@ func (l *luks2Options) addFlags(f *pflag.FlagSet) {
 		orList(header.SectorSizes(2)), header.DefaultLUKS2Sector))
 	f.StringVar(&l.label, "label", "", "LUKS2 label")
 	f.StringVar(&l.subsystem, "subsystem", "", "LUKS2 subsystem")
-	f.StringVar(&l.integrity, "integrity", "", "LUKS2 integrity protection: hmac-sha256 (with aes-cbc-essiv:sha256 or aes-xts-plain64) or aead (with aes-gcm-random); every sector gets a tag")
+	f.StringVar(&l.integrity, "integrity", "", "LUKS2 integrity protection: "+integrityChoices()+"; every sector gets a tag")
 	f.BoolVar(&l.noJournal, "integrity-no-journal", false, "with --integrity: store the persistent no-journal flag, so the kernel opens the image without the integrity journal")
 }
 
@@ -254,6 +254,24 @@ func newHeaderHelp() string {
 	m2, _ := cipher.Parse(c2)
 	return fmt.Sprintf("LUKS%d with %s (%d-bit key), which qemu\nreads too, unless --type luks2 is given: LUKS2 gets %s (%d-bit\nkey), cryptsetup's default",
 		header.DefaultVersion, c1, m1.DefaultKeyBytes*8, c2, m2.DefaultKeyBytes*8)
+}
+
+// integrityChoices lists the --integrity options with the ciphers each
+// takes, from the registry: "aead (with aes-gcm-random) or hmac-sha256
+// (with aes-cbc-essiv:sha256 or aes-xts-plain64)".
+func integrityChoices() string {
+	var s []string
+	for _, opt := range cipher.IntegrityOptions() {
+		var specs []string
+		for _, m := range cipher.AuthModes() {
+			if m.Option == opt {
+				specs = append(specs, m.Spec)
+			}
+		}
+		slices.Sort(specs)
+		s = append(s, opt+" (with "+orList(specs)+")")
+	}
+	return orList(s)
 }
 
 // KDF flag help, shared by the commands that make a key slot.
