@@ -56,7 +56,7 @@ the run is interrupted, run the same command again, or with --resume.
 func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path string) error {
 	version := map[string]int{luksType(1): 1, luksType(2): 2}[o.typ]
 	if version == 0 && (o.typ != "" || !o.resume) {
-		return usagef("--type must be luks1 or luks2")
+		return usagef("--type must be %s", orList(luksTypes()))
 	}
 	// A detached header converts in its own file, as with cryptsetup's
 	// --header; the data is not touched.
