@@ -171,7 +171,6 @@ func CanonicalUUID(s string) (string, error) {
 	return strings.ToLower(s), nil
 }
 
-// RandomUUID returns a random version 4 UUID in lower case.
 // RandomUUID is a random version 4 UUID from rnd (nil: crypto/rand), in
 // the canonical lower-case form.
 func RandomUUID(rnd io.Reader) (string, error) { return randomUUID(randReader(rnd)) }
