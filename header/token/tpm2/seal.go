@@ -587,3 +587,25 @@ func (s *Sealed) JSON(slot int) []byte {
 	}
 	return js
 }
+
+// ParsePCRIndexes reads a list of PCRs without values, numbers or systemd's
+// names joined by "+" or "," (tpm2_parse_pcr_argument_to_mask), as
+// --tpm2-public-key-pcrs takes them.
+func ParsePCRIndexes(s string) ([]int, error) {
+	var out []int
+	for _, e := range strings.FieldsFunc(s, func(r rune) bool { return r == '+' || r == ',' }) {
+		n := slices.Index(pcrNames, e)
+		if n < 0 {
+			v, err := strconv.ParseUint(e, 10, 8)
+			if err != nil || v >= 24 {
+				return nil, fmt.Errorf("%w: %q: PCR index must be 0 to 23 or a PCR name", ErrPCRs, e)
+			}
+			n = int(v)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

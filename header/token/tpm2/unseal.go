@@ -309,7 +309,34 @@ func flush(tp transport.TPM, h tpm.TPMHandle) {
 }
 
 // Open connects to the TPM that device names (see Unsealer.Device).
+// Commands the TPM answers with TPM_RC_RETRY, TPM_RC_YIELDED or
+// TPM_RC_TESTING are sent again, as tpm2-tss's ESYS does.
 func Open(ctx context.Context, device string) (transport.TPMCloser, error) {
+	t, err := open(ctx, device)
+	if err != nil {
+		return nil, err
+	}
+	return retrying{t}, nil
+}
+
+type retrying struct{ transport.TPMCloser }
+
+func (r retrying) Send(cmd []byte) ([]byte, error) {
+	for try := 0; ; try++ {
+		rsp, err := r.TPMCloser.Send(cmd)
+		if err != nil || len(rsp) < 10 || try == 20 {
+			return rsp, err
+		}
+		switch tpm.TPMRC(binary.BigEndian.Uint32(rsp[6:])) {
+		case tpm.TPMRCRetry, tpm.TPMRCYielded, tpm.TPMRCTesting:
+			time.Sleep(10 * time.Millisecond)
+		default:
+			return rsp, err
+		}
+	}
+}
+
+func open(ctx context.Context, device string) (transport.TPMCloser, error) {
 	driver, conf, hasDriver := strings.Cut(device, ":")
 	if !hasDriver {
 		driver, conf = "device", device
