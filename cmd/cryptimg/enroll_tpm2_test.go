@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,7 +32,7 @@ func tpm2Token(t *testing.T, img string, id int) (map[string]any, []byte) {
 // TestEnrollTPM2Interop: enroll --tpm2-device-key seals to swtpm's SRK
 // (made by tpm2-tools, as systemd makes it) without contacting the TPM: one
 // header update adds key slot 1 with systemd's minimal KDF and the
-// systemd-tpm2 token; the token unseals through the swtpm to a passphrase
+// systemd-tpm2 token, which dump shows as luksDump does; the token unseals through the swtpm to a passphrase
 // cryptsetup accepts for slot 1. systemd-cryptenroll 257 (Debian 13) seals
 // the same image offline to the same SRK and gets a token with the same
 // fields, policy hash and tpm2_srk; and it unlocks cryptimg's image through
@@ -43,6 +48,7 @@ func TestEnrollTPM2Interop(t *testing.T) {
 	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
 	ref := img + ".systemd"
 	copyFile(t, img, ref)
+	copyFile(t, img, ref+".orig")
 	zero := strings.Repeat("00", 32)
 	pcrs := "7:sha256=" + zero + "+15:sha256=" + zero
 
@@ -71,6 +77,9 @@ func TestEnrollTPM2Interop(t *testing.T) {
 	sh(t, cs, "open", "--test-passphrase", "--key-slot", "1", "--key-file", pf, img)
 	if len(pass) != 44 {
 		t.Errorf("passphrase of %d bytes, want base64 of 32", len(pass))
+	}
+	if d, want := mustRun(t, "dump", img).stdout, sh(t, cs, "luksDump", img); d != want {
+		t.Errorf("dump differs from luksDump:\n%s\nwant:\n%s", d, want)
 	}
 
 	// A token sealed to other PCR values, in its own copy.
@@ -107,6 +116,34 @@ func TestEnrollTPM2Interop(t *testing.T) {
 	a.KDF.Salt, b.KDF.Salt = nil, nil
 	if !reflectEqual(a.KDF, b.KDF) || !reflectEqual(a.AF, b.AF) {
 		t.Errorf("key slot 1 %+v, systemd's %+v", b, a)
+	}
+
+	// With a PIN and a signed PCR policy (an ECC key): the same fields and
+	// policy hash as systemd's, and dump still matches luksDump.
+	pin := writeFile(t, filepath.Join(dir, "pin"), "4711")
+	pk := filepath.Join(dir, "pcr.pem")
+	ek, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&ek.PublicKey)
+	os.WriteFile(pk, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+	signed, sdSigned := img+".signed", img+".sdsigned"
+	copyFile(t, ref+".orig", signed)
+	copyFile(t, ref+".orig", sdSigned)
+	mustRun(t, "enroll", "-d", key, "--tpm2-device-key", srk, "--tpm2-pcrs", pcrs, "--tpm2-with-pin", "--tpm2-pin-file", pin, "--tpm2-public-key", pk, signed)
+	if o, err := sd([]string{"NEWPIN=4711"}, "--unlock-key-file="+key, "--tpm2-device-key="+srk, "--tpm2-pcrs="+pcrs, "--tpm2-with-pin=yes", "--tpm2-public-key="+pk, sdSigned); err != nil {
+		t.Fatalf("systemd-cryptenroll --tpm2-public-key: %v\n%s", err, o)
+	}
+	tok2, js2 := tpm2Token(t, signed, 0)
+	sdtok2, sdjs2 := tpm2Token(t, sdSigned, 0)
+	for _, k := range []string{"tpm2-pcrs", "tpm2-pcr-bank", "tpm2-primary-alg", "tpm2-policy-hash", "tpm2-pin", "tpm2_pubkey", "tpm2_pubkey_pcrs", "tpm2_srk"} {
+		if !reflectEqual(tok2[k], sdtok2[k]) {
+			t.Errorf("%s: %v, systemd's %v", k, tok2[k], sdtok2[k])
+		}
+	}
+	if len(tok2) != len(sdtok2) {
+		t.Errorf("token %s\nsystemd's %s", js2, sdjs2)
+	}
+	if d, want := mustRun(t, "dump", signed).stdout, sh(t, cs, "luksDump", signed); d != want {
+		t.Errorf("dump differs from luksDump:\n%s\nwant:\n%s", d, want)
 	}
 
 	// systemd 257 unseals cryptimg's token with the swtpm and adds a
