@@ -63,6 +63,33 @@ func Start(t testing.TB) *TPM {
 	return s
 }
 
+// StartSocket runs a fresh swtpm serving its command channel on a Unix
+// socket, whose path it returns.
+func StartSocket(t testing.TB) string {
+	t.Helper()
+	peer.Require(t, "swtpm")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "tpm.sock")
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+dir,
+		"--server", "type=unixio,path="+sock, "--ctrl", "type=unixio,path="+filepath.Join(dir, "ctrl.sock"),
+		"--flags", "not-need-init,startup-clear")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for range 100 {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("swtpm made no socket")
+	return ""
+}
+
 // freePorts finds a port P with P+1 also free.
 func freePorts(t testing.TB) int {
 	for range 50 {
@@ -117,14 +144,21 @@ func (s *TPM) ToolsErr(name string, args ...string) ([]byte, error) {
 // path it returns (as tpm2_readpublic -o and systemd-analyze srk write it).
 func (s *TPM) MakeSRK(t testing.TB) string {
 	t.Helper()
+	return s.MakeKey(t, "ecc256:aes128cfb", "0x81000001")
+}
+
+// MakeKey makes a storage key like the SRK with another algorithm (as
+// tpm2_createprimary -G takes it) at another persistent handle.
+func (s *TPM) MakeKey(t testing.TB, alg, handle string) string {
+	t.Helper()
 	dir := t.TempDir()
 	ctx := filepath.Join(dir, "srk.ctx")
 	pub := filepath.Join(dir, "srk.pub")
-	s.Tools(t, "tpm2_createprimary", "-C", "o", "-G", "ecc256:aes128cfb", "-g", "sha256", "-c", ctx,
+	s.Tools(t, "tpm2_createprimary", "-C", "o", "-G", alg, "-g", "sha256", "-c", ctx,
 		"-a", "fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|decrypt|noda")
-	s.Tools(t, "tpm2_evictcontrol", "-C", "o", "-c", ctx, "0x81000001")
+	s.Tools(t, "tpm2_evictcontrol", "-C", "o", "-c", ctx, handle)
 	s.Tools(t, "tpm2_flushcontext", "-t")
-	s.Tools(t, "tpm2_readpublic", "-c", "0x81000001", "-o", pub)
+	s.Tools(t, "tpm2_readpublic", "-c", handle, "-o", pub)
 	return pub
 }
 

@@ -199,6 +199,27 @@ func TestSealSWTPM(t *testing.T) {
 		t.Fatalf("no PIN: %v", err)
 	}
 
+	// An RSA-2048 storage key at another handle (--tpm2-seal-key-handle).
+	rsaPub, err := os.ReadFile(s.MakeKey(t, "rsa2048:aes128cfb", "0x81000002"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaParent, err := ParseParent(rsaPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaSealed, err := Seal(nil, &Params{Parent: rsaParent, Handle: 0x81000002, PCRs: pcrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(rsaSealed.JSON(1), &tok)
+	if tok.PrimaryAlg != "rsa" {
+		t.Errorf("RSA parent: tpm2-primary-alg %q", tok.PrimaryAlg)
+	}
+	if pass, err := u.Unseal(context.Background(), rsaSealed.JSON(1)); err != nil || !bytes.Equal(pass, rsaSealed.Passphrase) {
+		t.Fatalf("RSA parent: %v", err)
+	}
+
 	// Another TPM, with its own SRK: refused.
 	s2 := swtpm.Start(t)
 	s2.MakeSRK(t)
@@ -221,4 +242,24 @@ func pemOf(t *testing.T, p *tpm.TPMTPublic) []byte {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+// Open speaks the simulator protocol on swtpm's Unix socket, named by path
+// or as tpm2-tss's swtpm:path=.
+func TestOpenSocket(t *testing.T) {
+	sock := swtpm.StartSocket(t)
+	for _, dev := range []string{sock, "swtpm:path=" + sock} {
+		tp, err := Open(context.Background(), dev)
+		if err != nil {
+			t.Fatalf("%s: %v", dev, err)
+		}
+		r, err := tpm.GetRandom{BytesRequested: 8}.Execute(tp)
+		tp.Close()
+		if err != nil || len(r.RandomBytes.Buffer) != 8 {
+			t.Fatalf("%s: GetRandom: %v", dev, err)
+		}
+	}
+	if _, err := Open(context.Background(), "tcp:host=x"); err == nil {
+		t.Error("unknown driver accepted")
+	}
 }
