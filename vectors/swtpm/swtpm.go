@@ -90,6 +90,83 @@ func StartSocket(t testing.TB) string {
 	return ""
 }
 
+// Stop ends the swtpm; its state directory stays.
+func (s *TPM) Stop() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// StartForQEMU runs a swtpm on state directory dir (another TPM's State,
+// stopped) with only a control socket, for qemu's -tpmdev emulator, which
+// starts the TPM itself; it returns the socket's path.
+func StartForQEMU(t testing.TB, dir string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "swtpm-ctrl.sock")
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+dir, "--ctrl", "type=unixio,path="+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for range 100 {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("swtpm made no control socket")
+	return ""
+}
+
+// Systemd257Files returns the files of Debian 13's userland that running
+// its cryptsetup with the systemd-tpm2 token plugin needs, by path
+// relative to root: the binaries and plugin and, transitively, the
+// libraries the loader lists for them, with the tpm2-tss libraries systemd
+// dlopen()s.
+func Systemd257Files(t testing.TB, root string) map[string][]byte {
+	t.Helper()
+	lib := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
+	want := []string{
+		filepath.Join(root, "usr/sbin/cryptsetup"),
+		filepath.Join(lib, "ld-linux-x86-64.so.2"),
+		filepath.Join(lib, "cryptsetup/libcryptsetup-token-systemd-tpm2.so"),
+	}
+	for _, l := range []string{"libtss2-esys.so.0", "libtss2-rc.so.0", "libtss2-mu.so.0", "libtss2-tctildr.so.0", "libtss2-tcti-device.so.0"} {
+		want = append(want, filepath.Join(lib, l))
+	}
+	files := map[string][]byte{}
+	add := func(p string) {
+		rel, err := filepath.Rel(root, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return
+		}
+		if _, ok := files[rel]; ok {
+			return
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[rel] = b
+	}
+	for _, w := range want {
+		add(w)
+		out, err := exec.Command(filepath.Join(lib, "ld-linux-x86-64.so.2"), "--library-path",
+			lib+":"+filepath.Join(lib, "systemd"), "--list", w).Output()
+		if err != nil {
+			t.Fatalf("listing the libraries of %s: %v", w, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[1] == "=>" {
+				add(f[2])
+			}
+		}
+	}
+	return files
+}
+
 // freePorts finds a port P with P+1 also free.
 func freePorts(t testing.TB) int {
 	for range 50 {
