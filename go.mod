@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/diskfs/go-diskfs v1.9.4
+	github.com/google/go-tpm v0.9.8
 	github.com/google/uuid v1.6.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/compress v1.20.4

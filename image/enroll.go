@@ -16,6 +16,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/token"
+	"github.com/cryptimg/cryptimg/header/token/tpm2"
 )
 
 // ErrNoTokens refuses to enroll into a LUKS1 header, which has no tokens.
@@ -49,16 +50,7 @@ func (e *Encrypted) luks2() (*header.LUKS2, error) {
 // the slot's area wiped, and ErrVerifyFailed returned. rnd (nil:
 // crypto/rand) gives the key, salts, stripes and wipe bytes.
 func (e *Encrypted) EnrollRecovery(k *Key, rnd io.Reader) (*Recovery, error) {
-	h, err := e.luks2()
-	if err != nil {
-		return nil, err
-	}
-	f, err := e.rw()
-	if err != nil {
-		return nil, err
-	}
-	slot, err := e.pickSlot(-1)
-	if err != nil {
+	if _, err := e.luks2(); err != nil {
 		return nil, err
 	}
 	key, err := token.NewRecoveryKey(rnd)
@@ -66,25 +58,69 @@ func (e *Encrypted) EnrollRecovery(k *Key, rnd io.Reader) (*Recovery, error) {
 		return nil, err
 	}
 	kdf := header.KDF{Type: token.RecoveryPBKDF, Hash: token.RecoveryHash, Iterations: token.RecoveryIterations}
-	u, id, err := h.AddSlotToken(slot, key, k.volume, kdf, -1, token.RecoveryJSON(slot), rnd)
-	if err == nil {
-		err = e.applyNow(f, u)
-	}
+	slot, id, err := e.enroll(k, key, kdf, token.RecoveryJSON, rnd)
 	if err != nil {
 		clear(key)
 		return nil, err
 	}
-	if verr := verifySlot(f.Name(), key, slot); verr != nil {
-		clear(key)
+	return &Recovery{Key: key, Slot: slot, Token: id}, nil
+}
+
+// EnrollTPM2 seals a new secret offline to the TPM key p names, as
+// systemd-cryptenroll --tpm2-device-key= does (tpm2.Seal), and adds a key
+// slot opened by its passphrase, with the minimal KDF systemd gives it, and
+// the systemd-tpm2 token naming that slot, in one header update, checked
+// as EnrollRecovery's. It returns the slot and the token. Only systemd 255
+// and later unseal such a token. rnd (nil: crypto/rand) gives the secret,
+// the seeds, salts, stripes and wipe bytes.
+func (e *Encrypted) EnrollTPM2(k *Key, p *tpm2.Params, rnd io.Reader) (slot, id int, err error) {
+	if _, err := e.luks2(); err != nil {
+		return 0, 0, err
+	}
+	sealed, err := tpm2.Seal(rnd, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer clear(sealed.Passphrase)
+	kdf := header.KDF{Type: tpm2.PBKDF, Hash: tpm2.Hash, Iterations: tpm2.Iterations}
+	return e.enroll(k, sealed.Passphrase, kdf, sealed.JSON, rnd)
+}
+
+// enroll adds passphrase to the lowest free key slot with kdf, and the token
+// tokenJSON(slot) makes, in one header update: a crash leaves both or
+// neither. The image is then reopened and the new slot unlocked with the
+// passphrase; should that fail, the old header is written back, the slot's
+// area wiped, and ErrVerifyFailed returned.
+func (e *Encrypted) enroll(k *Key, passphrase []byte, kdf header.KDF, tokenJSON func(slot int) []byte, rnd io.Reader) (slot, id int, err error) {
+	h, err := e.luks2()
+	if err != nil {
+		return 0, 0, err
+	}
+	f, err := e.rw()
+	if err != nil {
+		return 0, 0, err
+	}
+	slot, err = e.pickSlot(-1)
+	if err != nil {
+		return 0, 0, err
+	}
+	u, id, err := h.AddSlotToken(slot, passphrase, k.volume, kdf, -1, tokenJSON(slot), rnd)
+	if err == nil {
+		err = e.applyNow(f, u)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
 		if err := e.apply(f)(h.Rewrite()); err != nil {
-			return nil, fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
+			return 0, 0, fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
 		}
 		if err := e.apply(f)(h.WipeSlot(slot, rnd)); err != nil {
-			return nil, fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
+			return 0, 0, fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
+		return 0, 0, fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
 	}
-	return &Recovery{Key: key, Slot: slot, Token: id}, nil
+	return slot, id, nil
 }
 
 // Wipe selects key slots to remove, as systemd-cryptenroll's --wipe-slot

@@ -1,7 +1,8 @@
 package main
 
 // enroll: systemd-cryptenroll's enrollments, offline, into LUKS2 image
-// files (raw, or with --header): a recovery key for now, and --wipe-slot.
+// files (raw, or with --header): a recovery key, a TPM2 token sealed
+// offline (enroll_tpm2.go), and --wipe-slot.
 
 import (
 	"encoding/json"
@@ -12,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/token"
+	"github.com/cryptimg/cryptimg/header/token/tpm2"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -22,6 +25,7 @@ type enrollOptions struct {
 	key         keyOptions
 	keySlot     int
 	recoveryKey bool
+	tpm2        tpm2EnrollOptions
 	wipeSlot    string
 	json        bool
 }
@@ -45,7 +49,7 @@ func newEnrollCommand(g *globalOptions) *cobra.Command {
 	var o enrollOptions
 	cmd := &cobra.Command{
 		Use:   "enroll [flags] IMAGE",
-		Short: "Enroll a recovery key into a LUKS2 image, or wipe key slots, as systemd-cryptenroll does",
+		Short: "Enroll a recovery key or a TPM2 token into a LUKS2 image, or wipe key slots, as systemd-cryptenroll does",
 		Long: `Add an unlocker that systemd-cryptsetup and cryptsetup understand to a LUKS2
 image file (raw, or its detached header with --header), without root, a TPM
 or a network, with systemd-cryptenroll's flag names. The existing key is
@@ -61,7 +65,7 @@ systemd-cryptenroll calls it; --key-slot; or a prompt).
       that a crash leaves both or neither; the slot is then unlocked with the
       key before success is reported. The key is printed once, on stdout
       (or in the --json object), and kept nowhere else.
-
+` + tpm2EnrollHelp + `
   --wipe-slot LIST
       remove key slots after enrolling (or alone), as systemd-cryptenroll's
       --wipe-slot: a comma-separated list of slot numbers and the words all
@@ -74,11 +78,12 @@ systemd-cryptenroll calls it; --key-slot; or a prompt).
       alone needs no key, as in systemd-cryptenroll.
 
 LUKS1 headers have no tokens: convert first (cryptimg convert --type luks2).
-TPM2 and tang (clevis) enrollment are not available yet.
+Tang (clevis) enrollment is not available yet.
 ` + exitStatusHelp,
 		Example: `  cryptimg enroll -d disk.key --recovery-key disk.img > recovery.txt
   cryptimg enroll -d disk.key --recovery-key --wipe-slot password --json disk.img
-  cryptimg enroll --header disk.hdr -d disk.key --recovery-key disk.data`,
+  cryptimg enroll --header disk.hdr -d disk.key --recovery-key disk.data
+  cryptimg enroll -d disk.key --tpm2-device-key srk.pub --tpm2-pcrs 7:sha256=HEX disk.img`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runEnroll(g, o, args[0])
@@ -89,6 +94,7 @@ TPM2 and tang (clevis) enrollment are not available yet.
 	f.StringVar(&o.key.keyFile, "unlock-key-file", "", "alias of --key-file (systemd-cryptenroll's name)")
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "unlock with this key slot only")
 	f.BoolVar(&o.recoveryKey, "recovery-key", false, "enroll a new recovery key in systemd's format and print it")
+	o.tpm2.addFlags(f)
 	f.StringVar(&o.wipeSlot, "wipe-slot", "", "remove these key slots: numbers, all, empty, password, recovery, tpm2, fido2, pkcs11 (comma-separated)")
 	f.BoolVar(&o.json, "json", false, "print the outcome, with the recovery key, as JSON on stdout")
 	cmd.RegisterFlagCompletionFunc("wipe-slot", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -133,8 +139,15 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 	if err != nil {
 		return err
 	}
-	if !o.recoveryKey && wipe.IsZero() {
-		return usagef("enroll needs --recovery-key or --wipe-slot")
+	tpm := o.tpm2.deviceKey != ""
+	if !o.recoveryKey && !tpm && wipe.IsZero() {
+		return usagef("enroll needs --recovery-key, --tpm2-device-key or --wipe-slot")
+	}
+	if o.recoveryKey && tpm {
+		return usagef("enroll one thing at a time: --recovery-key or --tpm2-device-key")
+	}
+	if !tpm && (o.tpm2 != tpm2EnrollOptions{}) {
+		return usagef("the --tpm2-* flags need --tpm2-device-key")
 	}
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
@@ -146,7 +159,7 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 	defer f.Close()
 	// Refuse a bad selection before anything is written (the slot about to
 	// be enrolled will remain).
-	if _, _, err := e.WipeSelection(wipe, -1); err != nil && !(o.recoveryKey && errors.Is(err, image.ErrWipeAll)) {
+	if _, _, err := e.WipeSelection(wipe, -1); err != nil && !((o.recoveryKey || tpm) && errors.Is(err, image.ErrWipeAll)) {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	out := enrollJSON{MessageType: "enroll", Image: path, Header: g.header, WipedSlots: []int{}, WipedTokens: []int{}}
@@ -169,6 +182,27 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 			printRecoveryKey(g, rec.Key)
 		}
 	}
+	if tpm {
+		p, err := o.tpm2.params(g)
+		if err != nil {
+			return err
+		}
+		defer secmem.Free(p.PIN)
+		k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
+		if err != nil {
+			return err
+		}
+		slot, id, err := e.EnrollTPM2(k, p, nil)
+		k.Clear()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		keep = slot
+		out.KeySlot, out.TokenID, out.TokenType = &slot, &id, tpm2.Type
+		if !o.json {
+			info(g, "%s: TPM2 token enrolled in key slot %d, token %d", path, slot, id)
+		}
+	}
 	slots, tokens, err := e.WipeSlots(wipe, keep, nil)
 	if err != nil {
 		if rec != nil {
@@ -178,6 +212,8 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 				out.RecoveryKey = string(rec.Key)
 				json.NewEncoder(g.stdout).Encode(out)
 			}
+		} else if tpm {
+			err = fmt.Errorf("%w (the TPM2 token in key slot %d was enrolled before)", err, keep)
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -234,6 +234,9 @@ func writeDumpLUKS2Tail(w io.Writer, h *header.LUKS2) {
 			json.Unmarshal(t.Raw, &k)
 			fmt.Fprintf(w, "\tKey description: %s\n", k.Desc)
 		}
+		if t.Type == "systemd-tpm2" {
+			writeDumpTPM2(w, t.Raw)
+		}
 		for _, k := range t.Keyslots {
 			fmt.Fprintf(w, "\tKeyslot:    %s\n", k)
 		}

@@ -359,6 +359,8 @@ type Job struct {
 	Files   map[string][]byte
 	Script  string
 	Timeout time.Duration
+	// QemuArgs are added to qemu's command line (a TPM, for instance).
+	QemuArgs []string
 }
 
 // Result is what a job left behind.
@@ -426,6 +428,7 @@ func (m *Machine) run(dir string, job Job) (Result, error) {
 	for _, d := range append(append([]string(nil), job.Disks...), out) {
 		args = append(args, "-drive", "file="+qemuEscape(d)+",format=raw,if=virtio")
 	}
+	args = append(args, job.QemuArgs...)
 	timeout := job.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
