@@ -72,7 +72,8 @@ func exitCode(err error) int {
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
 	case errors.Is(err, header.ErrNoMatchingKeyslot),
-		errors.Is(err, image.ErrVolumeKeyMismatch):
+		errors.Is(err, image.ErrVolumeKeyMismatch),
+		errors.Is(err, image.ErrNoToken):
 		return exitNoKey
 	case errors.Is(err, image.ErrBusy),
 		errors.Is(err, filelock.ErrLocked),
