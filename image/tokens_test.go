@@ -89,9 +89,9 @@ func TestUnlockToken(t *testing.T) {
 	ctx := context.Background()
 	us := map[string]token.Unsealer{"test": fakeUnsealer{}}
 	addToken(t, e, k, "test", "p1", `,"pass":"p1","down":true`) // token 0, slot 1
-	s2 := addToken(t, e, k, "test", "p2", `,"pass":"wrong"`)     // token 1, slot 2
-	s3 := addToken(t, e, k, "test", "p3", `,"pass":"p3"`)        // token 2, slot 3
-	addToken(t, e, k, "other", "p4", `,"pass":"p4"`)             // token 3, slot 4
+	s2 := addToken(t, e, k, "test", "p2", `,"pass":"wrong"`)    // token 1, slot 2
+	s3 := addToken(t, e, k, "test", "p3", `,"pass":"p3"`)       // token 2, slot 3
+	addToken(t, e, k, "other", "p4", `,"pass":"p4"`)            // token 3, slot 4
 
 	tk, err := e.UnlockToken(ctx, -1, -1, us)
 	if err != nil || tk.Token != 2 || tk.Slot != s3 || !bytes.Equal(tk.Passphrase, []byte("p3")) {
