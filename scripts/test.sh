@@ -25,6 +25,14 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v dmsetup >/dev/null || need+=(dmsetup)
 # systemd-cryptenroll: the reference for enroll --wipe-slot.
 command -v systemd-cryptenroll >/dev/null || need+=(systemd)
+# clevis and a tang server (tangd run by socat): the oracles of the clevis
+# tokens (enroll --tang-adv, --clevis-config, --token-only).
+command -v clevis >/dev/null || need+=(clevis)
+command -v clevis-luks-bind >/dev/null || need+=(clevis-luks)
+[ -x /usr/libexec/tangd ] || need+=(tang)
+command -v socat >/dev/null || need+=(socat)
+command -v jose >/dev/null || need+=(jose)
+command -v curl >/dev/null || need+=(curl)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"
