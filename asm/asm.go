@@ -1,11 +1,26 @@
-// Package asm holds the AES kernels behind the essiv sector transform: an
-// expanded key schedule and fused ESSIV-IV + CBC routines that process many
-// consecutive sectors per call.
+// Package asm holds the kernels beneath cryptimg's sector ciphers, each of
+// which processes many consecutive sectors per call:
 //
-// It is an internal layer of cryptimg, not a stable API. Callers should use
-// package essiv. Every kernel has the same contract as the pure-Go
-// implementation in cbc_generic.go, which is the reference the tests compare
-// the assembly against. The purego build tag turns all assembly off.
+//   - [Schedule], an expanded AES key laid out for the kernels;
+//   - [Impl], fused ESSIV-IV + AES-CBC kernels, for package essiv;
+//   - [XTSImpl], AES-XTS kernels with dm-crypt's plain64 and plain IVs, for
+//     package header/cipher;
+//   - [SHA256Impl], multi-buffer SHA-256 and HMAC-SHA256, which computes the
+//     sector tags of the LUKS2 hmac(sha256) integrity modes in
+//     header/cipher.
+//
+// Assembly exists for amd64 (AES-NI, VAES, SHA-NI, AVX-512) and arm64 (the
+// ARMv8 Crypto Extensions, for CBC and XTS). Each kind of kernel has a
+// pure-Go implementation with the same contract, [Generic], [GenericXTS]
+// and [GenericSHA256] (their code is in cbc_generic.go, xts.go and
+// sha256_generic.go), which is the reference the tests compare the assembly
+// against; the Implementations functions list what this CPU can run, best
+// first. The purego build tag turns all assembly off. A Schedule keeps its
+// round keys in memory from package secmem.
+//
+// It is an internal layer of cryptimg, not a stable API: its callers are
+// packages essiv and header/cipher, which check the arguments the AES
+// kernels assume.
 package asm
 
 import (
@@ -78,7 +93,7 @@ func (s *Schedule) Clear() {
 // all. Callers (package essiv) check these conditions.
 type SectorFunc func(k, ivk *Schedule, dst, src []byte, firstSector uint64, sectorSize int)
 
-// Impl is one implementation of the sector kernels.
+// Impl is one implementation of the ESSIV-CBC sector kernels.
 type Impl struct {
 	Name    string
 	Encrypt SectorFunc

@@ -1,9 +1,9 @@
 //go:build ignore
 
-// gen_arm64 writes cbc_arm64.s and cbc_arm64_stubs.go: the arm64 ESSIV-CBC
-// kernels on the ARMv8 Crypto Extensions (AESE/AESMC, AESD/AESIMC). Run it
-// with `GOARCH=arm64 go generate ./asm` from the module root (or `go run
-// gen_arm64.go` in this directory); scripts/test-arm64.sh checks that the
+// Command gen_arm64 writes cbc_arm64.s and cbc_arm64_stubs.go: the arm64
+// ESSIV-CBC kernels on the ARMv8 Crypto Extensions (AESE/AESMC, AESD/AESIMC).
+// Run it with `GOARCH=arm64 go generate ./asm` from the module root (or `go
+// run gen_arm64.go` in this directory); scripts/test-arm64.sh checks that the
 // checked-in output is current.
 //
 // # Register plan

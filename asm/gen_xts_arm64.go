@@ -1,7 +1,7 @@
 //go:build ignore
 
-// gen_xts_arm64 writes xts_arm64.s and xts_arm64_stubs.go: the arm64 XTS
-// kernels on the ARMv8 Crypto Extensions (AESE/AESMC, AESD/AESIMC). Run it
+// Command gen_xts_arm64 writes xts_arm64.s and xts_arm64_stubs.go: the arm64
+// XTS kernels on the ARMv8 Crypto Extensions (AESE/AESMC, AESD/AESIMC). Run it
 // with `GOARCH=arm64 go generate ./asm` from the module root (or `go run
 // gen_xts_arm64.go` in this directory); scripts/test-arm64.sh checks that the
 // checked-in output is current.

@@ -1,6 +1,6 @@
 //go:build ignore
 
-// sha256_gen writes sha256_amd64.s: SHA-256 compression (FIPS 180-4
+// Command sha256_gen writes sha256_amd64.s: SHA-256 compression (FIPS 180-4
 // section 6.2.2) on the x86 SHA extensions for 1, 2 and 4 independent
 // lanes. Run it with `go generate ./asm` on amd64 (or `go run
 // sha256_gen.go` in this directory); TestSHA256AsmGenerated checks that the

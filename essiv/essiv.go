@@ -1,5 +1,7 @@
 // Package essiv implements the aes-cbc-essiv:sha256 sector transform of
-// dm-crypt and LUKS1, the Linux kernel's essiv(cbc(aes),sha256).
+// dm-crypt, LUKS1 and LUKS2, the Linux kernel's essiv(cbc(aes),sha256).
+// Package header/cipher registers it as that cipher specification; the
+// other modes live there.
 //
 // Each sector is encrypted with AES-CBC under the volume key. Its IV is
 // AES-256_{SHA-256(key)}(le64(sector) || 0^8): the IV cipher is always

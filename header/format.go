@@ -12,8 +12,9 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
-// Defaults of Format, those of cryptsetup luksFormat --type luks1 with the
-// cipher this package supports.
+// Defaults of Format for the fields of Params left zero: the hash, iteration
+// time and alignment are cryptsetup luksFormat's for LUKS1, the key size is
+// that of DefaultCipherSpec.
 const (
 	DefaultHash         = "sha256"
 	DefaultKeyBytes     = 32              // of the default cipher; each cipher has its own (cipher.Mode.DefaultKeyBytes)
@@ -181,8 +182,7 @@ func CanonicalUUID(s string) (string, error) {
 	return strings.ToLower(s), nil
 }
 
-// randomUUID returns a random version 4 UUID in lower case.
-// RandomUUID is a random version 4 UUID from rnd (nil: crypto/rand), in
+// RandomUUID returns a random version 4 UUID from rnd (nil: crypto/rand), in
 // the canonical lower-case form.
 func RandomUUID(rnd io.Reader) (string, error) { return randomUUID(randReader(rnd)) }
 

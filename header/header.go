@@ -64,7 +64,7 @@ const (
 	slotOffStripes = 44
 )
 
-// KeySlot is one of the eight key slots.
+// KeySlot is one of the eight key slots of a LUKS1 header.
 type KeySlot struct {
 	State             uint32 // raw on-disk value: SlotActive or SlotDisabled
 	Iterations        uint32 // PBKDF2 iterations for the passphrase
@@ -76,7 +76,7 @@ type KeySlot struct {
 // Active reports whether the slot holds a key.
 func (s *KeySlot) Active() bool { return s.State == SlotActive }
 
-// Header is a LUKS1 partition header (phdr).
+// LUKS1 is a LUKS1 partition header (phdr).
 type LUKS1 struct {
 	Version       uint16
 	CipherName    string
@@ -224,12 +224,15 @@ func (h *LUKS1) slotOrder() []int {
 	return order
 }
 
-// Read reads and validates the header at byte offset base of r. size is the
-// number of bytes readable from base: the rest of the file for a raw image,
-// the length of the LUKS area inside a qcow2 image. Besides the checks of
-// [Parse] it verifies that every slot's key material lies within size bytes
-// (cryptsetup's "device is too small"), giving ErrCorrupt otherwise. I/O
-// errors are returned wrapped.
+// Read reads and validates the LUKS1 or LUKS2 header at byte offset base of
+// r, choosing by the version field; data with neither LUKS magic is probed
+// for a LUKS2 secondary copy, as cryptsetup does. size is the number of
+// bytes readable from base: the rest of the file for a raw image, the length
+// of the LUKS area inside a qcow2 image. Besides the checks of [Parse] (or of
+// LUKS2's metadata) it verifies that every slot's key material lies within
+// size bytes (cryptsetup's "device is too small"), giving ErrCorrupt
+// otherwise. A header marked by an unfinished operation is [ErrMarked] (see
+// [ReadMarked]). I/O errors are returned wrapped.
 func Read(r io.ReaderAt, base, size int64) (Header, error) { return read(r, base, size, false) }
 
 // read is Read; with marked, a LUKS2 header marked busy is returned rather

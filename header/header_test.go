@@ -64,7 +64,7 @@ func TestMarshalParseRoundTrip(t *testing.T) {
 	}
 }
 
-// TestFormatLayout checks the layout against cryptsetup's (luks.md §2.4,
+// TestFormatLayout checks the layout against cryptsetup's (docs/LUKS.md §1,
 // verified with luksDump) and qemu-img's unrounded payload.
 func TestFormatLayout(t *testing.T) {
 	t.Parallel()

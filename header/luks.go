@@ -20,7 +20,8 @@ type Header interface {
 	// Info is the header's summary: version, UUID, cipher, geometry.
 	Info() Info
 
-	// NumSlots is the number of key slots the format has (8 for LUKS1).
+	// NumSlots is the number of key slots the format has (8 for LUKS1,
+	// 32 for LUKS2).
 	NumSlots() int
 	// SlotActive reports whether slot holds a key; false out of range.
 	SlotActive(slot int) bool

@@ -172,7 +172,8 @@ type LUKS2 struct {
 	Tokens   map[int]*Token
 	Config   Config
 	// Warning, when not empty, says that a header copy is damaged or out
-	// of date; cryptimg reads the good one and writes nothing.
+	// of date; the read uses the good one and writes nothing (Repair, or
+	// any update, writes both copies again).
 	Warning string
 	// ReadOnly is set by an unknown mandatory requirement: cryptsetup then
 	// refuses every metadata change.

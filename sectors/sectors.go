@@ -1,21 +1,27 @@
 // Package sectors runs a sector transform over byte ranges of an image in
-// parallel. It knows nothing about cryptography; the caller supplies a
-// [Transform] (for cryptimg, an ESSIV encrypt or decrypt) and the
-// [Extent]s to process.
+// parallel. It knows nothing about cryptography: the caller supplies a
+// [Transform], a function of a buffer of whole sectors and the IV sector
+// number of its first 512-byte unit (cryptimg passes a sector cipher's
+// EncryptSectors or DecryptSectors, or a closure that also reads or writes
+// integrity tags), and the [Extent]s to process.
 //
 // There is no serial stage in [Run]: each of Jobs workers takes the next
 // chunk, reads it with a positional read, transforms it, and with
 // [Options.Unordered] writes it with a positional write. Without it the
 // goroutine that called Run writes the chunks in order, which an output
 // stream or a format that allocates as it is written (qcow2) needs. Reads
-// run concurrently where src is safe for it (an *os.File: pread); other
-// ReaderAts are read one chunk at a time, in order.
+// run concurrently where src is safe for it (an *os.File, a *bytes.Reader,
+// an *io.SectionReader of either, or [Options.ConcurrentReads]); other
+// ReaderAts are read one chunk at a time, in order. [Stream] does the same
+// for a stream of unknown length: one goroutine reads, the workers
+// transform, and the caller's goroutine writes in order.
 //
 // Memory is bounded by the number of chunk buffers, at most 2*Jobs+2,
 // whatever the size of the image; buffers are reused, so the steady state
-// allocates nothing per chunk. Holes in an input *os.File are found with SEEK_DATA and
-// SEEK_HOLE and zero-filled instead of read, and with [Options.Sparse] zero
-// output blocks are not written, so sparse images stay sparse.
+// allocates nothing per chunk. Holes in an input *os.File are found with
+// SEEK_DATA and SEEK_HOLE and zero-filled instead of read, and with
+// [Options.Sparse] zero output blocks are not written, so sparse images stay
+// sparse.
 //
 // This package is a building block of cryptimg, not a stable API.
 package sectors
@@ -86,8 +92,9 @@ type Options struct {
 	SparseBlock int
 	// Progress, if not nil, is called after each chunk is written (or
 	// skipped as zeros) with the cumulative number of bytes done so far. It
-	// is called from the goroutine that called Run, in order, at most once
-	// per chunk, so it may update a progress bar directly.
+	// is called from the goroutine that called Run, at most once per chunk
+	// (in chunk order, or as chunks finish with Unordered), so it may update
+	// a progress bar directly.
 	Progress func(done int64)
 	// Buffers, if not nil, lends Run the chunk buffers of an earlier run and
 	// keeps this run's when it returns, so a caller that runs window after

@@ -8,8 +8,12 @@
 //	                                             Linux crypto/testmgr.h essiv_hmac_sha256_aes_cbc_tv_temp
 //	essiv/cryptsetup-essiv-sha256-storage.json   cryptsetup tests/crypto-vectors.c essiv:sha256
 //	cipher/cryptsetup-plain-storage.json         cryptsetup tests/crypto-vectors.c plain and plain64 (CBC)
+//	luks/luks1-*.img.gz, luks/cryptsetup-luks1.json
+//	                                             LUKS1 header areas cryptsetup 2.6.1 made, with their volume keys
 //
-// Provenance and field meanings are in README.md beside this file.
+// Provenance and field meanings are in README.md beside this file and in
+// luks/README.md. The subpackages kernel and peer are the test oracles:
+// the real kernel under qemu, and the programs the interop tests run.
 package vectors
 
 import (

@@ -2,11 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"math"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -76,25 +72,6 @@ refused without --force.
 	o.key.addFlags(f)
 	o.addHeaderFlags(f)
 	return cmd
-}
-
-// parseSize reads a size in bytes with an optional suffix K, M, G or T
-// (either case), each a power of 1024 as in qemu-img.
-func parseSize(s string) (int64, error) {
-	num, shift := s, 0
-	if n := len(s); n > 0 {
-		if i := strings.Index("KMGT", strings.ToUpper(s[n-1:])); i >= 0 {
-			num, shift = s[:n-1], 10*(i+1)
-		}
-	}
-	if num == "" || strings.TrimLeft(num, "0123456789") != "" {
-		return 0, fmt.Errorf("invalid size %q: want a number of bytes, optionally with a suffix K, M, G or T", s)
-	}
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v > math.MaxInt64>>shift {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return v << shift, nil
 }
 
 // checkSize refuses a size create cannot make, before any secret is read.

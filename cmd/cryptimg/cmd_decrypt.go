@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/cryptimg/cryptimg/image"
@@ -136,55 +135,4 @@ func runDecrypt(cmd *cobra.Command, g *globalOptions, o decryptOptions, in, out 
 		g.warnZeroed(bad, in, out)
 	}
 	return g.report(o.json, s)
-}
-
-// openData opens the encrypted image src (named in), with its header in
-// the --header file if one is given, under a shared lock; the caller calls
-// the returned function when done with the image.
-func openData(g *globalOptions, src *os.File, in string) (*image.Encrypted, func(), error) {
-	if g.header == "" {
-		e, err := openDataWith(src, nil, in)
-		if err != nil {
-			return nil, nil, err
-		}
-		warnHeaderCopy(g, in, e.Header)
-		e.AllowNullCipher = g.nullOK
-		return e, func() {}, nil
-	}
-	hf, err := openForRead(g.header)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := openDataWith(src, hf, in)
-	if err != nil {
-		hf.Close()
-		return nil, nil, err
-	}
-	warnHeaderCopy(g, g.header, e.Header)
-	e.AllowNullCipher = g.nullOK
-	return e, func() { hf.Close() }, nil
-}
-
-// openDataWith reads the encrypted image src (named in), with its header
-// in hf, or in src if hf is nil.
-func openDataWith(src, hf *os.File, in string) (*image.Encrypted, error) {
-	e, err := openWithHeader(src, hf)
-	if errors.Is(err, image.ErrDetached) {
-		err = fmt.Errorf("%w; name it with --header HEADER and give the data file as the image", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", in, err)
-	}
-	return e, nil
-}
-
-// warnZeroed warns, unless quiet, that the sectors of bad, which failed
-// their integrity check in in, were written as zeros to out
-// (--allow-corrupt).
-func (g *globalOptions) warnZeroed(bad *image.CorruptError, in, out string) {
-	if g.quiet {
-		return
-	}
-	fmt.Fprintf(g.stderr, "cryptimg: warning: %s the integrity check in %s, written as zeros to %s: %s\n",
-		failing(bad), in, out, corruptOf(bad).list())
 }

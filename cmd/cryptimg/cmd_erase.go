@@ -79,3 +79,16 @@ func nonNil(s []int) []int {
 	}
 	return s
 }
+
+// eraseJSON is erase's --json output: the image (and detached header), its
+// LUKS type and container, the slots that were active and are removed, and
+// every slot whose key material was overwritten (LUKS1: all eight).
+type eraseJSON struct {
+	MessageType string `json:"message_type"` // "erase"
+	Image       string `json:"image"`
+	Header      string `json:"header,omitempty"`
+	Type        string `json:"type"`   // luks1 or luks2, as --type
+	Format      string `json:"format"` // raw or qcow2
+	KeySlots    []int  `json:"key_slots"`
+	WipedSlots  []int  `json:"wiped_slots"`
+}

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
+	"path/filepath"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/cryptimg/cryptimg/image/filelock"
 )
@@ -159,4 +164,93 @@ func (p *opProgress) finish(ok bool) {
 	if p.rep != nil && ok {
 		p.rep.Finish()
 	}
+}
+
+// openRW opens an existing regular file read-write.
+func openRW(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// refuseLUKS refuses an input that already starts with a LUKS header,
+// unless forced: encrypting it again is almost always a mistake, such as a
+// pipeline step retried after it had succeeded.
+func refuseLUKS(f io.ReaderAt, name string, force bool, why string) error {
+	if force || !looksLUKS(f) {
+		return nil
+	}
+	return usagef("%s is already a LUKS image: %s", name, why)
+}
+
+// looksLUKS reports whether f starts with a LUKS magic, or holds a LUKS2
+// header whose primary copy is lost but whose secondary copy header.Read
+// finds (encrypting that would bury a header that repair could restore).
+func looksLUKS(f io.ReaderAt) bool {
+	var magic [6]byte
+	if _, err := f.ReadAt(magic[:], 0); err == nil && header.IsLUKSMagic(magic[:]) {
+		return true
+	}
+	_, err := header.Read(f, 0, math.MaxInt64)
+	return err == nil || errors.Is(err, header.ErrMarked)
+}
+
+// checkHeaderOutput refuses a --header file that is the input or the
+// output, before any secret is asked for: renamed into place after the
+// data, the header would replace the ciphertext (or the input).
+func checkHeaderOutput(hdr, in, out string, force bool) error {
+	if hdr == "" {
+		return nil
+	}
+	for _, p := range []string{in, out} {
+		if samePath(hdr, p) {
+			return usagef("--header %s: %v", hdr, image.ErrSameFile)
+		}
+	}
+	if err := image.CheckOutputPath(hdr, force); err != nil {
+		return usagef("--header: %w", err)
+	}
+	return nil
+}
+
+// samePath reports whether two paths name the same file, existing or
+// not (yet).
+func samePath(a, b string) bool {
+	if image.SameFile(a, b) {
+		return true
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
+}
+
+func readAllFrom(g *globalOptions, path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(g.stdin)
+	}
+	return os.ReadFile(path)
+}
+
+// writeNewFile creates path (refusing an existing one) with b.
+func writeNewFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -281,7 +281,7 @@ func TestAuthKernelVectors(t *testing.T) {
 	}
 }
 
-// refSeal is integrity.md section 7 written out with crypto/aes,
+// refSeal is docs/INTEGRITY.md §5 written out with crypto/aes,
 // crypto/cipher, x/crypto/xts and crypto/hmac, one sector at a time: the
 // associated data uses the unit N, the IV N+ivOffset.
 func refSeal(t *testing.T, spec string, vk, src []byte, unit, ivOffset uint64, ss int) (ct, tags []byte) {

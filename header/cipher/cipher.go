@@ -2,7 +2,12 @@
 // "aes-cbc-essiv:sha256", ...) and builds the sector ciphers they name. It is
 // the one place that knows which specifications cryptimg supports: each
 // cipher mode lives in a file of its own and registers itself here, so a new
-// mode is a new file and nothing else.
+// mode is a new file and nothing else. A [Mode] gives a [Sector]; an
+// authenticated mode ([AuthMode]: a specification with a LUKS2 integrity
+// type, cryptsetup's --integrity) gives an [AuthSector], which writes and
+// checks a tag per sector. The null cipher and kernel crypto API names
+// ("capi:...") are recognised ([IsNull], [IsCAPI]) but are no registered
+// mode.
 //
 // A sector cipher is made for one [Geometry]: its sector size and how its
 // IVs are numbered. Callers give each run of sectors the 512-byte unit
@@ -55,10 +60,10 @@ func (g Geometry) check() error {
 // LargeIV (rounded down, as dm-crypt shifts it). len(src) is a multiple of
 // the sector size; dst is at least as long as src and the two overlap
 // entirely or not at all. Violations are programming errors
-// and panic. The error is for modes that can refuse their input (an
-// authenticated mode's bad tag); the unauthenticated modes never fail.
-// Implementations are safe for concurrent use and make no allocations per
-// call.
+// and panic. No Sector fails: the error result is there so that the methods
+// are a sectors.Transform as they are. Sectors with tags are an
+// [AuthSector]'s. Implementations are safe for concurrent use and make no
+// allocations per call.
 type Sector interface {
 	Geometry() Geometry
 	EncryptSectors(dst, src []byte, unit uint64) error

@@ -45,8 +45,8 @@ const (
 // MinMasterBytes is the shortest master accepted: 256 bits.
 const MinMasterBytes = 32
 
-// MaxKeyBytes bounds a derived key (HKDF-SHA512 allows 255 blocks; LUKS
-// volume keys are at most 128 bytes).
+// MaxKeyBytes bounds a derived key: the largest LUKS2 keyslot key_size,
+// as header.MaxKeyBytes (HKDF-SHA512 itself allows 255 blocks).
 const MaxKeyBytes = 512
 
 // ErrShortMaster refuses a master shorter than MinMasterBytes.

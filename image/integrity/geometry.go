@@ -7,7 +7,8 @@
 // It knows no ciphers: a tag is an opaque slot of T bytes per B-byte block.
 // The facts come from the Linux 6.1 source (drivers/md/dm-integrity.c) and
 // cryptsetup's lib/integrity, checked against images the kernel wrote; each
-// function names the kernel function whose rule it follows.
+// function names the kernel function whose rule it follows, and
+// docs/INTEGRITY.md gathers them with worked examples.
 //
 // Units: a sector is 512 bytes. S is the offset of the LUKS2 data segment in
 // sectors (where the superblock sits), D the size of the whole file in
@@ -209,7 +210,7 @@ func layout(device, start uint64, tagSize int, l2spb, log2Interleave uint8, sect
 // multiple of 8 whose last data sector still lies inside the device. The
 // kernel finds it bit by bit (linux get_provided_data_sectors with
 // calculate_device_limits); the mapping is monotonic, so this closed form
-// gives the same value (integrity.md §5.3; the tests compare both).
+// gives the same value (docs/INTEGRITY.md §4.3; the tests compare both).
 func providedDataSectors(device, start, initial, run uint64, log2Interleave uint8) uint64 {
 	// calculate_device_limits rejects every size when initial_sectors + 8
 	// reaches the device or initial_sectors overflows 32 bits.
@@ -250,7 +251,7 @@ func (g *Geometry) DataSectors() uint64 { return g.provided }
 // TagSize is T, the bytes of metadata per block.
 func (g *Geometry) TagSize() int { return g.tagSize }
 
-// sectorBytes is B, the block (encryption sector) size in bytes.
+// SectorSize is B, the block (encryption sector) size in bytes.
 func (g *Geometry) SectorSize() int { return sectorBytes << g.log2SPB }
 
 // Start is S, the sector of the superblock.

@@ -11,7 +11,7 @@ import (
 
 const segStart = 32768 // the default 16 MiB LUKS2 data offset, in sectors
 
-// TestWorkedGeometries: every row of integrity.md §5.4 (formats cryptsetup
+// TestWorkedGeometries: every row of docs/INTEGRITY.md §4.4 (formats cryptsetup
 // 2.6.1 made in the Debian 6.1 kernel).
 func TestWorkedGeometries(t *testing.T) {
 	for _, c := range []struct {
@@ -84,7 +84,7 @@ func checkAreas(t *testing.T, g *Geometry) {
 	}
 }
 
-// TestJournalSectionTable: integrity.md §4.1.
+// TestJournalSectionTable: docs/INTEGRITY.md §3.1.
 func TestJournalSectionTable(t *testing.T) {
 	for _, c := range []struct{ b, tag, entry, perSector, perSection, sectors int }{
 		{512, 32, 48, 10, 80, 88},
@@ -104,7 +104,7 @@ func TestJournalSectionTable(t *testing.T) {
 	}
 }
 
-// TestWorkedOffsets: integrity.md §5.2, offsets the kernel confirmed by
+// TestWorkedOffsets: docs/INTEGRITY.md §4.2, offsets the kernel confirmed by
 // reporting the flipped sector.
 func TestWorkedOffsets(t *testing.T) {
 	g, err := New(65536, segStart, 32, 512)
@@ -148,7 +148,7 @@ func TestWorkedOffsets(t *testing.T) {
 	g.DataOffset(g.DataSectors())
 }
 
-// TestSuperblockExamples: integrity.md §3, the superblocks cryptsetup's
+// TestSuperblockExamples: docs/INTEGRITY.md §2, the superblocks cryptsetup's
 // format wrote for 32 MiB files.
 func TestSuperblockExamples(t *testing.T) {
 	for _, c := range []struct {
@@ -202,7 +202,7 @@ func TestSuperblockExamples(t *testing.T) {
 	}
 }
 
-// TestGrownDevice: integrity.md §5.4's last row and §5.5. The superblock
+// TestGrownDevice: docs/INTEGRITY.md §4.4's last row and §4.5. The superblock
 // of a 32 MiB format read on a 40 MiB file keeps its journal; the kernel
 // recomputes 44608 data sectors. A stored value over the maximum is
 // refused.
@@ -251,7 +251,7 @@ func TestGrownDevice(t *testing.T) {
 	}
 }
 
-// TestReadRefuses: the superblock checks of integrity.md §9.3 and the
+// TestReadRefuses: the superblock checks of docs/INTEGRITY.md §7 and the
 // kernel's dm_integrity_ctr.
 func TestReadRefuses(t *testing.T) {
 	g, err := New(65536, segStart, 32, 512)
@@ -308,7 +308,7 @@ func TestReadRefuses(t *testing.T) {
 }
 
 // TestLegacyPadding: without FIXED_PADDING the tag runs are padded to 128
-// KiB (integrity.md §11): T=28 with 4 KiB blocks takes 256 sectors instead
+// KiB (docs/INTEGRITY.md §8): T=28 with 4 KiB blocks takes 256 sectors instead
 // of 224, and the format is version 1.
 func TestLegacyPadding(t *testing.T) {
 	g, err := New(65536, segStart, 28, 4096)
@@ -394,7 +394,7 @@ func kernelProvided(d, start uint64, tag int, l2spb, l2il uint8, sections uint64
 	return p, initial, run
 }
 
-// TestProvidedMatchesKernelSearch: the closed form of integrity.md §5.3
+// TestProvidedMatchesKernelSearch: the closed form of docs/INTEGRITY.md §4.3
 // against the kernel's bitwise search, for random devices, offsets, tag
 // and block sizes, fresh formats and stored legacy layouts.
 func TestProvidedMatchesKernelSearch(t *testing.T) {
@@ -457,7 +457,7 @@ func TestProvidedMatchesKernelSearch(t *testing.T) {
 }
 
 // TestBitmapBit: log2_blocks_per_bitmap_bit grows only when the journal's
-// bits cannot cover the data at one bit per 2^15 sectors (integrity.md §3).
+// bits cannot cover the data at one bit per 2^15 sectors (docs/INTEGRITY.md §2).
 func TestBitmapBit(t *testing.T) {
 	// 88 journal sectors hold 360448 bits: 2^15 sectors per bit cover
 	// 360448 * 2^15 sectors; one more needs 2^16.

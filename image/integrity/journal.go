@@ -6,7 +6,7 @@ import (
 	"io"
 )
 
-// The journal (integrity.md §4; linux drivers/md/dm-integrity.c): sections
+// The journal (docs/INTEGRITY.md §3; linux drivers/md/dm-integrity.c): sections
 // of 8 metadata sectors holding the entries and then one data chunk of
 // B bytes per entry. Every 512-byte journal sector ends with a commit id,
 // and the kernel refuses the whole device when one decodes to none of the
@@ -68,7 +68,7 @@ func (g *Geometry) emptySection(buf []byte, i uint32, seq int) {
 
 // WriteJournal writes the journal of a fresh format at sector S+8: every
 // sector with the commit id of sequence 0, every entry unused, all else
-// zero (integrity.md §9.2 step 4). It writes one section at a time.
+// zero (docs/INTEGRITY.md §6 step 3). It writes one section at a time.
 func (g *Geometry) WriteJournal(w io.WriterAt) error {
 	return g.writeJournal(w, func(uint32) int { return 0 })
 }

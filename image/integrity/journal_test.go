@@ -77,7 +77,7 @@ func geometry(t *testing.T, d uint64, tag, b int) *Geometry {
 	return g
 }
 
-// TestFreshJournalBytes: the journal of integrity.md §9.2 step 4, byte for
+// TestFreshJournalBytes: the journal of docs/INTEGRITY.md §6 step 3, byte for
 // byte, written one section at a time.
 func TestFreshJournalBytes(t *testing.T) {
 	for _, c := range []struct {
@@ -171,7 +171,7 @@ func journalFile(t *testing.T, seqs ...int) (*Geometry, *memFile) {
 }
 
 // TestJournalFatal: journals on which the kernel fails every I/O
-// (integrity.md §1.8, §4.4).
+// (docs/INTEGRITY.md §3.4).
 func TestJournalFatal(t *testing.T) {
 	g, f := journalFile(t)
 	zero := f.clone()

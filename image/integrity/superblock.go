@@ -23,7 +23,7 @@ const (
 )
 
 // Superblock is the decoded dm-integrity superblock (linux struct
-// superblock; little-endian, integrity.md §3). The pad fields are not
+// superblock; little-endian, docs/INTEGRITY.md §2). The pad fields are not
 // kept: they are zero when written and ignored when read, as the kernel
 // does.
 type Superblock struct {

@@ -5,9 +5,12 @@
 // (crypt_method 2) it reports where the LUKS header area lives
 // ([Image.CryptOffset], [Image.CryptLength]) and where each guest range is
 // stored on the host ([Image.Extents]); decrypting, with the IV sector taken
-// from the host offset, is the caller's job. Likewise [Writer] lays out
-// clusters and metadata and lets the caller write (possibly encrypted) data
-// at the host offsets it hands out.
+// from the host offset, is the caller's job. Likewise [Writer] lays out a
+// new image's clusters and metadata and lets the caller write (possibly
+// encrypted) data at the host offsets it hands out, and [Editor] changes an
+// existing image in place (allocating clusters, resizing) in qemu's order of
+// writes, so that a crash leaks clusters at worst. Compressed clusters
+// (deflate, zstd) are read, and extended L2 entries are understood.
 //
 // The reader treats every input as hostile: each size and offset taken from
 // the file is checked against the file size before anything is allocated or

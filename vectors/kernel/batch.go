@@ -66,7 +66,7 @@ type Results map[string]Result
 
 const marker = "@@oracle-check "
 
-// Run boots the batch once and returns every check's result.
+// RunBatch boots the batch once and returns every check's result.
 func (m *Machine) RunBatch(t testing.TB, b *Batch) Results {
 	t.Helper()
 	var s strings.Builder

@@ -7,8 +7,8 @@
 // agree with.
 //
 // Every cipher, key size, sector size and format cryptimg writes adds its
-// cases to the oracle tests that use this package (cmd/cryptimg
-// kernel_test.go). Import it from tests only.
+// cases to the oracle tests that use this package (cmd/cryptimg and
+// image/integrity, kernel_test.go in each). Import it from tests only.
 //
 // The initramfs is built once per kernel and cached under the user cache
 // directory, keyed by the kernel version and a hash of its manifest (every
