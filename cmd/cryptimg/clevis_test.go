@@ -117,11 +117,16 @@ func TestClevisBindUnlocks(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	mustRun(t, "decrypt", "--token-only", "--token-id", "0", img, out)
 	sameContent(t, out, img+".plain")
+	// Without a key file or a terminal, the token is tried first, as
+	// cryptsetup tries tokens before asking.
+	if got := mustRun(t, "test-key", img).stderr; !strings.Contains(got, "key slot 1") {
+		t.Errorf("test-key without flags: %s", got)
+	}
 }
 
 // TestEnrollSSS: --clevis-config with sss over two tang servers, t=1 in
 // slot 1 and t=2 in slot 2: clevis luks pass opens both while both servers
-// run; with one stopped, the t=1 token still unlocks (cryptimg and clevis)
+// run (--json names the slot and token); with one stopped, the t=1 token still unlocks (cryptimg and clevis)
 // and the t=2 token does not: --token-only exits 2.
 func TestEnrollSSS(t *testing.T) {
 	s1, s2 := peer.Tang(t), peer.Tang(t)
@@ -134,7 +139,11 @@ func TestEnrollSSS(t *testing.T) {
 		return `{"t":` + th + `,"pins":{"tang":[{"url":"` + s1.URL + `","adv":"` + a1 + `"},{"url":"` + s2.URL + `","adv":"` + a2 + `"}]}}`
 	}
 	mustRun(t, "enroll", "-d", key, "--clevis-config", cfg("1"), img)
-	mustRun(t, "enroll", "-d", key, "--clevis-config", cfg("2"), img)
+	var js map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "enroll", "-d", key, "--clevis-config", cfg("2"), "--json", img).stdout), &js); err != nil ||
+		js["key_slot"] != 2.0 || js["token_id"] != 1.0 || js["token_type"] != "clevis" {
+		t.Errorf("enroll --json: %v, %v", js, err)
+	}
 	for _, slot := range []string{"1", "2"} {
 		if pass, err := clevisLuksPass(t, img, slot); err != nil || len(pass) != 54 {
 			t.Fatalf("clevis luks pass -s %s: %q, %v", slot, pass, err)

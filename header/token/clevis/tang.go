@@ -62,7 +62,7 @@ var advSigAlgs = []jose.SignatureAlgorithm{jose.ES256, jose.ES384, jose.ES512, j
 // (not "" or "any"), one of them must have that thumbprint (SHA-256, or
 // SHA-1). The exchange key is the first key allowed to deriveKey.
 func NewTang(url string, adv []byte, thp string) (*Tang, error) {
-	jws, err := jose.ParseSigned(string(adv), advSigAlgs)
+	jws, err := jose.ParseSignedJSON(string(adv), advSigAlgs)
 	if err != nil {
 		return nil, fmt.Errorf("%w of %s: %v", ErrAdvertisement, url, err)
 	}
