@@ -103,7 +103,8 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // TestClevisBindUnlocks: an image bound by the real clevis luks bind to a
-// tang server opens with test-key and decrypt --token-only.
+// tang server opens with test-key and decrypt --token-only, and add-key
+// and reencrypt --token-only take the key from the token.
 func TestClevisBindUnlocks(t *testing.T) {
 	clevis := requireTool(t, "clevis")
 	s := peer.Tang(t)
@@ -122,6 +123,21 @@ func TestClevisBindUnlocks(t *testing.T) {
 	if got := mustRun(t, "test-key", img).stderr; !strings.Contains(got, "key slot 1") {
 		t.Errorf("test-key without flags: %s", got)
 	}
+	// add-key and reencrypt take the existing key from the token; the
+	// reencrypted image keeps slot 1 and its token, which clevis still
+	// opens.
+	k2 := writeFile(t, filepath.Join(dir, "k2"), "second")
+	mustRun(t, "add-key", "--token-only", "--pbkdf", "pbkdf2", fastIter, "--new-key-file", k2, img)
+	mustRun(t, "test-key", "-d", k2, "-S", "2", img)
+	mustRun(t, "reencrypt", "--token-only", "-q", "--pbkdf", "pbkdf2", fastIter, img)
+	if h := readLUKS2(t, img); !h.SlotActive(1) || h.SlotActive(0) || h.Tokens[0] == nil || h.Tokens[0].Type != "clevis" {
+		t.Fatalf("after reencrypt: slot 1 %v, slot 0 %v, tokens %v", h.SlotActive(1), h.SlotActive(0), h.Tokens)
+	}
+	if _, err := clevisLuksPass(t, img, "1"); err != nil {
+		t.Errorf("clevis luks pass after reencrypt: %v", err)
+	}
+	mustRun(t, "decrypt", "--token-only", img, out+"2")
+	sameContent(t, out+"2", img+".plain")
 }
 
 // TestEnrollSSS: --clevis-config with sss over two tang servers, t=1 in
