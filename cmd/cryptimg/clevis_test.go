@@ -112,6 +112,22 @@ func TestClevisBindUnlocks(t *testing.T) {
 	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
 	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
 	sh(t, clevis, "luks", "bind", "-y", "-d", img, "-k", key, "tang", `{"url":"`+s.URL+`"}`)
+	// clevis's own slot and token have the form enroll writes
+	// (TestEnrollTang checks enroll's against the same values).
+	h := readLUKS2(t, img)
+	if k := h.Keyslots[1]; k == nil || k.KDF.Type != "pbkdf2" || k.KDF.Hash != "sha256" || k.KDF.Iterations != 1000 || k.AF.Hash != "sha256" {
+		t.Errorf("clevis's key slot 1: %+v", k)
+	}
+	js, _ := h.TokenJSON(0)
+	var tok struct {
+		Type     string                     `json:"type"`
+		Keyslots []string                   `json:"keyslots"`
+		JWE      map[string]json.RawMessage `json:"jwe"`
+	}
+	if err := json.Unmarshal(js, &tok); err != nil || tok.Type != "clevis" || !slices.Equal(tok.Keyslots, []string{"1"}) ||
+		!slices.Equal(slices.Sorted(mapKeys(tok.JWE)), []string{"ciphertext", "encrypted_key", "iv", "protected", "tag"}) {
+		t.Errorf("clevis's token: %s", js)
+	}
 	if got := mustRun(t, "test-key", "--token-only", img).stderr; !strings.Contains(got, "key slot 1") {
 		t.Errorf("test-key --token-only: %s", got)
 	}

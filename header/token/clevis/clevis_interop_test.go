@@ -86,6 +86,27 @@ func TestTangInterop(t *testing.T) {
 	if pt, err = Decrypt(context.Background(), client, theirs); err != nil || string(pt) != secret {
 		t.Fatalf("Decrypt of clevis's JWE: %q, %v", pt, err)
 	}
+	// The same header as clevis-encrypt-tang's, but for the ephemeral key:
+	// the members, kid, clevis.pin, clevis.tang.url and the advertised
+	// keys.
+	var hc map[string]json.RawMessage
+	if err := protectedHeader(theirs, &hc); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"alg", "enc", "kid", "clevis"} {
+		a, b := string(h[m]), string(hc[m])
+		if m == "clevis" {
+			var ca, cb any
+			json.Unmarshal(h[m], &ca)
+			json.Unmarshal(hc[m], &cb)
+			ja, _ := json.Marshal(ca)
+			jb, _ := json.Marshal(cb)
+			a, b = string(ja), string(jb)
+		}
+		if a != b {
+			t.Errorf("protected %s: %s, clevis's %s", m, a, b)
+		}
+	}
 	s.Stop()
 	if _, err = Decrypt(context.Background(), client, theirs); !errors.Is(err, token.ErrUnavailable) {
 		t.Fatalf("Decrypt with the server down: %v, want token.ErrUnavailable", err)
