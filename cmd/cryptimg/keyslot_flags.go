@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// newKeyOptions are the --new-key-file flags of the key being set.
 // newKeyArg takes the new key file from a second positional argument, as
 // cryptsetup's luksAddKey and luksChangeKey do.
 func newKeyArg(k *keyOptions, args []string) error {
