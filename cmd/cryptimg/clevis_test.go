@@ -103,8 +103,8 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // TestClevisBindUnlocks: an image bound by the real clevis luks bind to a
-// tang server opens with test-key and decrypt --token-only, and add-key
-// and reencrypt --token-only take the key from the token.
+// tang server opens with test-key and decrypt --token-only, and add-key,
+// clone and reencrypt --token-only take the key from the token.
 func TestClevisBindUnlocks(t *testing.T) {
 	clevis := requireTool(t, "clevis")
 	s := peer.Tang(t)
@@ -145,6 +145,9 @@ func TestClevisBindUnlocks(t *testing.T) {
 	k2 := writeFile(t, filepath.Join(dir, "k2"), "second")
 	mustRun(t, "add-key", "--token-only", "--pbkdf", "pbkdf2", fastIter, "--new-key-file", k2, img)
 	mustRun(t, "test-key", "-d", k2, "-S", "2", img)
+	cl := filepath.Join(dir, "clone")
+	mustRun(t, "clone", "--token-only", "--new-key-file", k2, "--pbkdf", "pbkdf2", fastIter, img, cl)
+	mustRun(t, "test-key", "-d", k2, "-S", "0", cl)
 	mustRun(t, "reencrypt", "--token-only", "-q", "--pbkdf", "pbkdf2", fastIter, img)
 	if h := readLUKS2(t, img); !h.SlotActive(1) || h.SlotActive(0) || h.Tokens[0] == nil || h.Tokens[0].Type != "clevis" {
 		t.Fatalf("after reencrypt: slot 1 %v, slot 0 %v, tokens %v", h.SlotActive(1), h.SlotActive(0), h.Tokens)
