@@ -81,6 +81,10 @@ func TestEnrollTang(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	mustRun(t, "decrypt", "--token-only", img, out)
 	sameContent(t, out, img+".plain")
+	inPlace := filepath.Join(dir, "inplace")
+	copyFile(t, img, inPlace)
+	mustRun(t, "decrypt", "--in-place", "--token-only", inPlace)
+	sameContent(t, inPlace, img+".plain")
 
 	s.Stop()
 	r = cryptimg(t, "", "test-key", "--token-only", img)
