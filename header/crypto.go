@@ -2,9 +2,6 @@ package header
 
 import (
 	"crypto/pbkdf2"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
 	"fmt"
 	"hash"
 	"strings"
@@ -16,13 +13,10 @@ import (
 // case-insensitively: cryptsetup loads upper-case names too, it only
 // lower-cases them when it formats.
 func hashFunc(name string) (func() hash.Hash, error) {
-	switch strings.ToLower(name) {
-	case "sha1":
-		return sha1.New, nil
-	case "sha256":
-		return sha256.New, nil
-	case "sha512":
-		return sha512.New, nil
+	for _, h := range hashes {
+		if strings.EqualFold(name, h.name) {
+			return h.new, nil
+		}
 	}
 	return nil, &UnsupportedHashError{Hash: name}
 }
@@ -41,9 +35,6 @@ func deriveKey(hashName string, password, salt []byte, iterations uint32, keyLen
 	// it; the copy is not retained and is left to the garbage collector.
 	return pbkdf2.Key(h, string(password), salt, int(iterations), keyLen)
 }
-
-// DefaultCipherSpec is the cipher cryptimg formats when none is asked for.
-const DefaultCipherSpec = "aes-cbc-essiv:sha256"
 
 // cipherMode finds the registered mode of a header's cipher fields.
 func cipherMode(name, mode string) (*cipher.Mode, error) {

@@ -12,25 +12,15 @@ import (
 	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
-// Defaults of Format for the fields of Params left zero: the hash, iteration
-// time and alignment are cryptsetup luksFormat's for LUKS1, the key size is
-// that of DefaultCipherSpec.
-const (
-	DefaultHash         = "sha256"
-	DefaultKeyBytes     = 32              // of the default cipher; each cipher has its own (cipher.Mode.DefaultKeyBytes)
-	DefaultIterTime     = 2 * time.Second // cryptsetup's LUKS1 --iter-time
-	DefaultAlignSectors = 2048            // 1 MiB, cryptsetup's DEFAULT_DISK_ALIGNMENT
-)
-
 // mkDigestTime is cryptsetup's LUKS_MKD_ITERATIONS_MS: the master key digest
 // gets about this much PBKDF2 time.
 const mkDigestTime = 125 * time.Millisecond
 
-// Params are the choices of Format. The zero value gives cryptsetup's
-// defaults for aes-cbc-essiv:sha256 (DefaultCipherSpec).
+// Params are the choices of Format. The zero value gives a LUKS1 header
+// with the defaults in policy.go: cryptsetup's, with DefaultCipher(1).
 type Params struct {
-	Cipher   string // cryptsetup specification, default DefaultCipherSpec; any package cipher supports
-	Hash     string // default "sha256"; sha1 and sha512 too; stored lower-case
+	Cipher   string // cryptsetup specification, default DefaultCipher(Version); any package cipher supports
+	Hash     string // one of Hashes, default DefaultHash; stored lower-case
 	KeyBytes int    // volume key size, one the cipher takes; default the cipher's (cryptsetup's)
 
 	// VolumeKey, if set, is the volume key to use instead of a random one
@@ -71,15 +61,14 @@ type Params struct {
 	Version int
 	// The rest applies to LUKS2 only (see luks2_format.go).
 	//
-	// PBKDF is the keyslot KDF: "argon2id" (the default), "argon2i" or
-	// "pbkdf2". PBKDFMemory (KiB) and PBKDFParallel are argon2's memory
+	// PBKDF is the keyslot KDF, one of KDFs(2), the first by default. PBKDFMemory (KiB) and PBKDFParallel are argon2's memory
 	// and threads: by default 1 GiB, at most half of the RAM, and up to 4
 	// threads, at most the CPUs. ForceIterations is argon2's time cost.
 	PBKDF         string
 	PBKDFMemory   uint32
 	PBKDFParallel uint32
-	// SectorSize is the encryption sector size, 512 to 4096; 0 means 4096,
-	// cryptsetup's choice for a file.
+	// SectorSize is the encryption sector size, one of SectorSizes(2); 0
+	// means DefaultLUKS2Sector, cryptsetup's choice for a file.
 	SectorSize int
 	// Label and Subsystem go into the binary header (at most 47 bytes).
 	Label, Subsystem string
@@ -106,7 +95,7 @@ func randReader(r io.Reader) io.Reader {
 // withDefaults fills the zero fields and checks the result.
 func (p Params) withDefaults() (Params, error) {
 	if p.Cipher == "" {
-		p.Cipher = DefaultCipherSpec
+		p.Cipher = DefaultCipher(p.Version)
 	}
 	var m *cipher.Mode
 	if p.Integrity == "" {
@@ -182,7 +171,7 @@ func CanonicalUUID(s string) (string, error) {
 	return strings.ToLower(s), nil
 }
 
-// RandomUUID returns a random version 4 UUID from rnd (nil: crypto/rand), in
+// RandomUUID is a random version 4 UUID from rnd (nil: crypto/rand), in
 // the canonical lower-case form.
 func RandomUUID(rnd io.Reader) (string, error) { return randomUUID(randReader(rnd)) }
 
@@ -223,7 +212,7 @@ func Format(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byt
 func FormatSparse(passphrase []byte, p Params) (h Header, volumeKey []byte, area []byte, size int64, err error) {
 	switch p.Version {
 	case 0, 1:
-		if p.PBKDF != "" && p.PBKDF != "pbkdf2" || p.SectorSize != 0 && p.SectorSize != SectorSize || p.Label != "" || p.Subsystem != "" {
+		if p.PBKDF != "" && p.PBKDF != PBKDF2 || p.SectorSize != 0 && p.SectorSize != SectorSize || p.Label != "" || p.Subsystem != "" {
 			return nil, nil, nil, 0, fmt.Errorf("LUKS1 has only pbkdf2, 512-byte sectors and no label or subsystem")
 		}
 		h, volumeKey, area, err = formatLUKS1(passphrase, p)

@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 // LUKS1 constants (specification §2.3, cryptsetup lib/luks1/luks.h).
 const (
-	SectorSize    = 512  // LUKS1 sector, the unit of offsets
-	NumSlots      = 8    // key slots in a header
-	Stripes       = 4000 // AF stripes per key slot
-	SaltSize      = 32   // PBKDF2 salt size
-	DigestSize    = 20   // master key digest size
-	MinIterations = 1000 // least PBKDF2 iterations written when creating
-	PhdrSize      = 1024 // bytes cryptsetup reads and writes (592 defined, then zeros)
+	SectorSize = cipher.UnitSize // LUKS1 sector, the unit of offsets
+	NumSlots   = 8               // key slots in a header
+	Stripes    = 4000            // AF stripes per key slot
+	SaltSize   = 32              // PBKDF2 salt size
+	DigestSize = 20              // master key digest size
+	PhdrSize   = 1024            // bytes cryptsetup reads and writes (592 defined, then zeros)
 
 	// SlotActive and SlotDisabled are the only valid key slot states.
 	SlotActive   = 0x00AC71F3

@@ -20,20 +20,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cryptimg/cryptimg/header/cipher"
 	"golang.org/x/crypto/argon2"
 )
 
 // cryptsetup's LUKS2 defaults for a file.
 const (
-	luks2HdrSize       = 0x4000                           // metadata per copy: 16 KiB
-	luks2DataOffset    = 16 << 20                         // LUKS2_DEFAULT_HDR_SIZE
-	luks2KeyslotsSize  = luks2DataOffset - 2*luks2HdrSize // 16744448
-	luks2DefaultPBKDF  = "argon2id"
-	argon2DefaultMem   = 1 << 20 // KiB: 1 GiB
-	argon2MaxThreads   = 4
-	argon2MinTime      = 4
-	argon2BenchMinMem  = 64 << 10 // KiB
-	DefaultLUKS2Sector = 4096
+	luks2HdrSize      = 0x4000                           // metadata per copy: 16 KiB
+	luks2DataOffset   = 16 << 20                         // LUKS2_DEFAULT_HDR_SIZE
+	luks2KeyslotsSize = luks2DataOffset - 2*luks2HdrSize // 16744448
+	argon2BenchMinMem = 64 << 10                         // KiB
 )
 
 // formatLUKS2 makes a LUKS2 header with passphrase in keyslot 0: one crypt
@@ -51,8 +47,8 @@ func formatLUKS2(passphrase []byte, p Params) (Header, []byte, []byte, error) {
 	if p.SectorSize == 0 {
 		p.SectorSize = DefaultLUKS2Sector
 	}
-	if p.SectorSize < 512 || p.SectorSize > 4096 || p.SectorSize&(p.SectorSize-1) != 0 {
-		return nil, nil, nil, fmt.Errorf("invalid sector size %d (want 512, 1024, 2048 or 4096)", p.SectorSize)
+	if !cipher.ValidSectorSize(p.SectorSize) {
+		return nil, nil, nil, fmt.Errorf("invalid sector size %d (want %s)", p.SectorSize, cipher.SectorSizesText())
 	}
 	for _, f := range []struct{ v, name string }{{p.Label, "label"}, {p.Subsystem, "subsystem"}} {
 		if len(f.v) >= l2LabelSize || strings.IndexByte(f.v, 0) >= 0 {
@@ -169,7 +165,7 @@ func luks2KDF(o KDFOptions, hash string, keyBytes int) (KDF, error) {
 	}
 	kind := o.PBKDF
 	if kind == "" {
-		kind = luks2DefaultPBKDF
+		kind = KDFs(2)[0]
 	}
 	switch kind {
 	case "pbkdf2":
@@ -188,26 +184,26 @@ func luks2KDF(o KDFOptions, hash string, keyBytes int) (KDF, error) {
 		return c, nil
 	case "argon2i", "argon2id":
 	default:
-		return KDF{}, fmt.Errorf("unsupported pbkdf %q (want argon2id, argon2i or pbkdf2)", kind)
+		return KDF{}, fmt.Errorf("unsupported pbkdf %q (want %s)", kind, strings.Join(KDFs(2), ", "))
 	}
 	mem := o.Memory
 	if mem == 0 {
-		mem = min(argon2DefaultMem, halfRAM())
+		mem = min(DefaultArgon2Memory, halfRAM())
 	}
 	if mem < 32 || mem > argon2MaxMemory {
 		return KDF{}, fmt.Errorf("argon2 memory %d KiB out of range (32 to %d)", mem, argon2MaxMemory)
 	}
 	threads := o.Parallel
 	if threads == 0 {
-		threads = uint32(min(argon2MaxThreads, runtime.NumCPU()))
+		threads = uint32(min(MaxArgon2Threads, runtime.NumCPU()))
 	}
-	if threads < 1 || threads > argon2MaxThreads {
-		return KDF{}, fmt.Errorf("argon2 parallel %d out of range (1 to %d)", threads, argon2MaxThreads)
+	if threads < 1 || threads > MaxArgon2Threads {
+		return KDF{}, fmt.Errorf("argon2 parallel %d out of range (1 to %d)", threads, MaxArgon2Threads)
 	}
 	c := KDF{Type: kind, Time: o.Force, Memory: mem, CPUs: threads}
 	if c.Time != 0 {
-		if c.Time < argon2MinTime {
-			return c, fmt.Errorf("argon2 time cost %d below the minimum %d", c.Time, argon2MinTime)
+		if c.Time < MinArgon2Time {
+			return c, fmt.Errorf("argon2 time cost %d below the minimum %d", c.Time, MinArgon2Time)
 		}
 		return c, nil
 	}
@@ -237,9 +233,9 @@ func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime ti
 	target := iterTime.Seconds()
 	probe := min(mem, argon2BenchMinMem)
 	perKiB := timed(1, probe) / float64(probe) // per KiB and pass, first pass included
-	t, m = argon2MinTime, mem
-	if est := perKiB * float64(m) * argon2MinTime; est > target {
-		m = uint32(target / (perKiB * argon2MinTime))
+	t, m = MinArgon2Time, mem
+	if est := perKiB * float64(m) * MinArgon2Time; est > target {
+		m = uint32(target / (perKiB * MinArgon2Time))
 	} else {
 		t = uint32(min(target/(perKiB*float64(m)), 1<<31))
 	}
@@ -251,7 +247,7 @@ func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime ti
 			break
 		}
 		scale := target / d
-		if m < mem || scale < 1 && t == argon2MinTime {
+		if m < mem || scale < 1 && t == MinArgon2Time {
 			// Memory is what gives: scale it, then the passes if it is
 			// at its cap.
 			m = uint32(min(float64(mem), max(float64(floor), float64(m)*scale)))
@@ -259,7 +255,7 @@ func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime ti
 				t = uint32(min(float64(t)*scale, 1<<31))
 			}
 		} else {
-			t = uint32(min(max(float64(t)*scale, argon2MinTime), 1<<31))
+			t = uint32(min(max(float64(t)*scale, MinArgon2Time), 1<<31))
 		}
 	}
 	return t, m
@@ -269,7 +265,7 @@ func benchmarkArgon2(kind string, mem, threads uint32, keyBytes int, iterTime ti
 func halfRAM() uint32 {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
-		return argon2DefaultMem
+		return DefaultArgon2Memory
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
@@ -280,7 +276,7 @@ func halfRAM() uint32 {
 			}
 		}
 	}
-	return argon2DefaultMem
+	return DefaultArgon2Memory
 }
 
 // seal AF-splits vk and encrypts it under the keyslot's KDF of passphrase

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/cryptimg/cryptimg/header/cipher"
 )
 
 // u64s is a JSON string holding a decimal unsigned 64-bit number, as LUKS2
@@ -371,7 +373,7 @@ func (h *LUKS2) validate(size int64) error {
 			// tests/luks2-validation-test "segment-unknown-type").
 			continue
 		}
-		if s.Encryption == "" || s.SectorSize < 512 || s.SectorSize > 4096 || s.SectorSize&(s.SectorSize-1) != 0 {
+		if s.Encryption == "" || !cipher.ValidSectorSize(s.SectorSize) {
 			return parseErrorf(where, "bad encryption %q or sector size %d", s.Encryption, s.SectorSize)
 		}
 		if s.size%uint64(s.SectorSize) != 0 {

@@ -100,8 +100,8 @@ func startConvert(img File, js JournalStore, o ConvertOptions) (*journal, error)
 		return nil, err
 	}
 	if loc.format == Qcow2 {
-		if o.Version == 2 {
-			return nil, ErrLUKS2Qcow2
+		if err := loc.format.CarriesVersion(o.Version); err != nil {
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w to LUKS1: the header is LUKS1 already", header.ErrConvert)
 	}

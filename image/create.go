@@ -44,20 +44,10 @@ func zeroPlain(size int64) *Plain {
 //     of zeros sealed with its tag, since a sector never written fails its
 //     check; this writes the whole size.
 //
-// size must be a whole number of 512-byte sectors, of the LUKS2 sector
-// size if one is given, and of 4096 bytes with integrity.
+// size must be as CheckCreate says.
 func Create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (header.Header, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("%w, not %d bytes", ErrEmptySize, size)
-	}
-	if size%SectorSize != 0 {
-		return nil, fmt.Errorf("%w (%d bytes)", ErrSize, size)
-	}
-	if o.Header.Version == 2 && o.Header.SectorSize > 0 && size%int64(o.Header.SectorSize) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, size, o.Header.SectorSize)
-	}
-	if o.Header.Integrity != "" && size%4096 != 0 {
-		return nil, fmt.Errorf("%w: an image with integrity holds whole 4096-byte blocks, not %d bytes", ErrUnaligned, size)
+	if err := CheckCreate(size, o); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -77,6 +67,28 @@ func Create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (he
 		return Encrypt(ctx, dst, zeroPlain(size), o)
 	}
 	return createRaw(ctx, dst, size, o)
+}
+
+// CheckCreate returns the error Create gives for size and o before it
+// formats anything, so that a caller can refuse them before it asks for a
+// passphrase: size must be positive and a whole number of 512-byte
+// sectors, of the LUKS2 sector size if one is given, and of 4096 bytes with
+// integrity; the format must carry the header's version
+// (Format.CarriesVersion).
+func CheckCreate(size int64, o EncryptOptions) error {
+	if size <= 0 {
+		return fmt.Errorf("%w, not %d bytes", ErrEmptySize, size)
+	}
+	if size%SectorSize != 0 {
+		return fmt.Errorf("%w (%d bytes)", ErrSize, size)
+	}
+	if o.Header.Version == 2 && o.Header.SectorSize > 0 && size%int64(o.Header.SectorSize) != 0 {
+		return fmt.Errorf("%w: %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, size, o.Header.SectorSize)
+	}
+	if o.Header.Integrity != "" && size%4096 != 0 {
+		return fmt.Errorf("%w: an image with integrity holds whole 4096-byte blocks, not %d bytes", ErrUnaligned, size)
+	}
+	return o.Format.CarriesVersion(o.Header.Version)
 }
 
 // createRaw formats a raw LUKS header (attached, or detached into

@@ -54,8 +54,9 @@ import (
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
-// SectorSize is the LUKS1 encryption unit and the granularity of images.
-const SectorSize = 512
+// SectorSize is the LUKS1 encryption unit and the granularity of images
+// (header.SectorSize, the 512-byte unit).
+const SectorSize = header.SectorSize
 
 // Format names an image container format.
 type Format string
@@ -84,6 +85,17 @@ var (
 	// writes LUKS1 only there.
 	ErrLUKS2Qcow2 = errors.New("qcow2 images carry LUKS1 only (qemu has no LUKS2 support)")
 )
+
+// CarriesVersion returns ErrLUKS2Qcow2 when a container of format f
+// cannot hold a LUKS header of version (0 meaning header.DefaultVersion):
+// qcow2 holds LUKS1 only, raw either version. It is the one statement of
+// that rule; callers ask it before they make or convert a header.
+func (f Format) CarriesVersion(version int) error {
+	if f == Qcow2 && version != 0 && version != 1 {
+		return ErrLUKS2Qcow2
+	}
+	return nil
+}
 
 // Pipeline carries the tuning and progress hooks shared by every operation
 // that moves the payload.
@@ -538,8 +550,8 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (heade
 // that is not whole 4096-byte sectors.
 func luks2SectorSize(p *header.Params, size int64) {
 	if p.Version == 2 && p.SectorSize == 0 {
-		p.SectorSize = 4096
-		if size%4096 != 0 {
+		p.SectorSize = header.DefaultLUKS2Sector
+		if size%header.DefaultLUKS2Sector != 0 {
 			p.SectorSize = SectorSize
 		}
 	}
@@ -553,10 +565,10 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 		// qemu does not round the payload offset of an embedded header.
 		o.Header.AlignSectors = 8
 	}
+	if err := o.Format.CarriesVersion(o.Header.Version); err != nil {
+		return nil, err
+	}
 	if o.Header.Version == 2 {
-		if o.Format == Qcow2 {
-			return nil, ErrLUKS2Qcow2
-		}
 		luks2SectorSize(&o.Header, src.Size)
 	}
 	if o.HeaderFile != nil {
@@ -597,7 +609,7 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	}
 	if f.Key.Auth != nil {
 		if o.Format != Raw {
-			return fmt.Errorf("%w: qcow2 output (qemu has no LUKS2)", ErrAuthenticatedUnsupported)
+			return fmt.Errorf("%w: %w", ErrAuthenticatedUnsupported, o.Format.CarriesVersion(2))
 		}
 		return encryptAuth(ctx, dst, src, f, o)
 	}

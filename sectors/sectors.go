@@ -49,7 +49,7 @@ const UnitSize = 512
 // Defaults used for zero fields of [Options].
 const (
 	DefaultChunkSize   = 1 << 20
-	DefaultSectorSize  = 512
+	DefaultSectorSize  = UnitSize
 	DefaultSparseBlock = 4096
 )
 

@@ -156,6 +156,11 @@ func TestVolumeKeyFile(t *testing.T) {
 	if !strings.Contains(r.stderr, "32 bytes") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("short volume key: %q", r.stderr)
 	}
+	// LUKS2 without --cipher: the message names the cipher the header gets.
+	r = expectCode(t, exitFailure, "encrypt", "-d", key, "--type", "luks2", "--pbkdf", "pbkdf2", fastIter, "--volume-key-file", short, plain, out)
+	if !strings.Contains(r.stderr, "the aes-xts-plain64 key is 512 bits") {
+		t.Errorf("short volume key, LUKS2 default cipher: %q", r.stderr)
+	}
 	noFile(t, out)
 }
 

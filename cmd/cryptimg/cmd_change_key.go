@@ -43,7 +43,7 @@ for confirmation on a terminal, and is refused on a non-terminal unless
 	f := cmd.Flags()
 	o.key.addFlags(f)
 	addNewKeyFlags(f, &o.newKey)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try the old key only against this slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try the old key only against this slot ("+slotRange()+")")
 	f.BoolVar(&o.json, "json", false, "print the old and the new key slot as JSON on stdout")
 	o.pbkdf.addFlags(f)
 	return cmd

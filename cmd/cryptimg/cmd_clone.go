@@ -81,7 +81,7 @@ func (o *cloneOptions) inheritSource(cmd *cobra.Command, i header.Info) {
 		o.luksType = "luks" + strconv.Itoa(i.Version)
 	}
 	if !fl.Changed("cipher") {
-		o.cipher, o.cipherSet = i.Cipher, true
+		o.cipher = i.Cipher
 		if !fl.Changed("key-size") {
 			bits := i.KeyBytes * 8
 			if i.Integrity != "" {
@@ -91,13 +91,11 @@ func (o *cloneOptions) inheritSource(cmd *cobra.Command, i header.Info) {
 			}
 			o.keySize = bits
 		}
-	} else {
-		o.cipherSet = true
 	}
 	if !fl.Changed("hash") {
 		o.hash = i.Hash
 	}
-	if o.luksType == "luks2" {
+	if o.luksType == luksType(2) {
 		if !fl.Changed("sector-size") && i.Version == 2 {
 			o.sectorSize = i.SectorSize
 		}
@@ -176,8 +174,8 @@ func runClone(cmd *cobra.Command, g *globalOptions, o cloneOptions, in, out stri
 		return err
 	}
 	defer clear(params.VolumeKey)
-	if params.Version == 2 && format == "" && e.Format == image.Qcow2 {
-		return usagef("qcow2 carries LUKS1 only: give -O raw for a LUKS2 copy")
+	if err := e.Format.CarriesVersion(params.Version); err != nil && format == "" {
+		return usagef("%v: give -O raw for a LUKS%d copy", err, params.Version)
 	}
 	fh, err := image.FormatHeader(pass, params)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -92,10 +93,10 @@ var flagValues = map[string]func() []string{
 		slices.Sort(specs)
 		return specs
 	},
-	"type":          func() []string { return luksTypes },
+	"type":          luksTypes,
 	"output-format": func() []string { return outputFormats },
-	"hash":          func() []string { return supportedHashes },
-	"pbkdf":         func() []string { return pbkdfNames },
+	"hash":          header.Hashes,
+	"pbkdf":         pbkdfNames,
 	"integrity":     cipher.IntegrityOptions,
 	"priority":      func() []string { return slices.Sorted(maps.Keys(priorities)) },
 	"progress": func() []string {

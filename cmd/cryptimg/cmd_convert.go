@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -26,10 +28,10 @@ No passphrase is needed. It asks for confirmation unless --batch-mode.
 
 LUKS2 → LUKS1 works only when LUKS1 can hold everything the header says, and
 is refused otherwise, with cryptsetup's reasons: PBKDF2 key slots (argon2 ones
-must be changed first with change-key --pbkdf pbkdf2), 512-byte sectors, no
-tokens, key slots 0-7 only, one digest and one data segment. The label, the
-subsystem, key slot priorities and flags are dropped. qcow2 images carry LUKS1
-only.
+must be changed first with change-key --pbkdf ` + header.PBKDF2 + `), ` + strconv.Itoa(header.SectorSize) + `-byte sectors, no
+tokens, key slots 0-` + strconv.Itoa(header.SlotCount(1)-1) + ` only, one digest and one data segment. The label, the
+subsystem, key slot priorities and flags are dropped. A qcow2 image's header
+stays as it is: ` + image.ErrLUKS2Qcow2.Error() + `.
 
 The move overlaps the old key material, so it is crash-safe the way reencrypt
 is: the new header area goes to IMAGE.cryptimg-journal first, and the image is
@@ -52,9 +54,9 @@ the run is interrupted, run the same command again, or with --resume.
 }
 
 func runConvert(cmd *cobra.Command, g *globalOptions, o convertOptions, path string) error {
-	version := map[string]int{"luks1": 1, "luks2": 2}[o.typ]
+	version := map[string]int{luksType(1): 1, luksType(2): 2}[o.typ]
 	if version == 0 && (o.typ != "" || !o.resume) {
-		return usagef("--type must be luks1 or luks2")
+		return usagef("--type must be %s", orList(luksTypes()))
 	}
 	// A detached header converts in its own file, as with cryptsetup's
 	// --header; the data is not touched.

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"strconv"
 	"time"
 
-	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +36,7 @@ func newCreateCommand(g *globalOptions) *cobra.Command {
 		Short: "Make a new, empty LUKS1, LUKS2 or qcow2+LUKS image of a given size",
 		Long: `Make a new encrypted image of virtual size N with the key in key slot 0,
 reading no input. N takes the suffixes K, M, G and T (powers of 1024, as
-qemu-img); it must be a whole number of 512-byte sectors (of the sector size
+qemu-img); it must be a whole number of ` + strconv.Itoa(image.SectorSize) + `-byte sectors (of the sector size
 for LUKS2, of 4096 bytes with --integrity).
 
 A raw OUTPUT is what "cryptsetup luksFormat" makes of a file of the payload
@@ -60,7 +61,6 @@ refused without --force.
   cryptimg create -d key.bin --type luks2 --integrity hmac-sha256 --size 1G disk.luks`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.cipherSet = cmd.Flags().Changed("cipher")
 			if !cmd.Flags().Changed("size") {
 				return usagef("create needs --size N")
 			}
@@ -74,21 +74,18 @@ refused without --force.
 	return cmd
 }
 
-// checkSize refuses a size create cannot make, before any secret is read.
-func checkSize(arg string, p header.Params) (int64, error) {
+// checkSize refuses what image.Create would, before any secret is read:
+// its size rules, and a version the output format cannot carry.
+func checkSize(arg string, eo image.EncryptOptions) (int64, error) {
 	size, err := parseSize(arg)
 	if err != nil {
 		return 0, usagef("--size: %v", err)
 	}
-	switch {
-	case size <= 0:
-		return 0, usagef("--size must be positive, not %d", size)
-	case size%image.SectorSize != 0:
-		return 0, usagef("--size must be a multiple of 512 bytes, not %d", size)
-	case p.Version == 2 && p.SectorSize > 0 && size%int64(p.SectorSize) != 0:
-		return 0, usagef("--size %d is not a multiple of the --sector-size %d", size, p.SectorSize)
-	case p.Integrity != "" && size%4096 != 0:
-		return 0, usagef("--size %d: an image with --integrity holds whole 4096-byte blocks", size)
+	if err := image.CheckCreate(size, eo); err != nil {
+		if errors.Is(err, image.ErrLUKS2Qcow2) {
+			return 0, usagef("-O %s: %v; use --type %s", eo.Format, err, luksType(1))
+		}
+		return 0, usagef("--size %d: %v", size, err)
 	}
 	return size, nil
 }
@@ -110,22 +107,17 @@ func runCreate(cmd *cobra.Command, g *globalOptions, o createOptions, out string
 	if err != nil {
 		return err
 	}
-	size, err := checkSize(o.size, params)
-	if err != nil {
-		return err
-	}
 	format, err := parseFormat(o.outputFormat)
 	if err != nil {
 		return err
 	}
 	format = formatOr(format, image.Raw)
-	if format == image.Qcow2 {
-		if params.Version == 2 {
-			return usagef("-O qcow2: %v; use --type luks1", image.ErrLUKS2Qcow2)
-		}
-		if g.header != "" {
-			return usagef("--header makes a raw output only")
-		}
+	size, err := checkSize(o.size, image.EncryptOptions{Header: params, Format: format})
+	if err != nil {
+		return err
+	}
+	if format == image.Qcow2 && g.header != "" {
+		return usagef("--header makes a raw output only")
 	}
 	if err := refuseExisting(out, o.force); err != nil {
 		return err

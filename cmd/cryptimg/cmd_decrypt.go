@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -30,7 +31,7 @@ func newDecryptCommand(g *globalOptions) *cobra.Command {
 		Long: `Decrypt a LUKS1 or LUKS2 image, raw or qcow2+LUKS, made by cryptimg,
 cryptsetup or qemu-img, with any cipher cryptimg supports, into a plaintext raw
 or qcow2 image (by default the input's format). Any active key slot may match
-the key, and any stored KDF cost and hash (sha1, sha256, sha512) is accepted.
+the key, and any stored KDF cost and hash (` + orList(header.Hashes()) + `) is accepted.
 --in-place decrypts a raw LUKS1 or LUKS2 image where it lies.
 
 OUTPUT is written to a temporary file beside it and renamed only when
@@ -55,7 +56,7 @@ clusters in qcow2 output).
 	f := cmd.Flags()
 	o.key.addFlags(f)
 	o.key.tokens = addTokenFlags(f)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")

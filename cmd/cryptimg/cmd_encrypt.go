@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cryptimg/cryptimg/image"
@@ -42,10 +43,10 @@ A raw output is a LUKS1 image laid out exactly as "cryptsetup luksFormat
 
 A qcow2 output is an encrypted qcow2 (encrypt.format=luks) that qemu boots:
 the LUKS1 header lives in its own clusters, only clusters holding non-zero
-data are stored, and each is encrypted with IV sector = host offset / 512.
+data are stored, and each is encrypted with IV sector = host offset / ` + strconv.Itoa(image.SectorSize) + `.
 
 The output format defaults to the input's. A raw INPUT must be a whole
-number of 512-byte sectors. OUTPUT is written to a temporary file beside it
+number of ` + strconv.Itoa(image.SectorSize) + `-byte sectors. OUTPUT is written to a temporary file beside it
 and renamed only when complete.
 ` + exitStatusHelp,
 		Example: `  cryptimg encrypt --key-file key.bin disk.raw disk.luks
@@ -54,7 +55,6 @@ and renamed only when complete.
   cryptimg encrypt -d key.bin --output-format qcow2 disk.raw vm-encrypted.qcow2`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.cipherSet = cmd.Flags().Changed("cipher")
 			if o.inPlace || o.resume {
 				if len(args) != 1 {
 					return usagef("--in-place takes one argument, IMAGE")

@@ -14,7 +14,7 @@ func newKillSlotCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kill-slot [flags] IMAGE SLOT",
 		Short: "Remove a key slot by number",
-		Long: `Remove key slot SLOT (0-7 for LUKS1, 0-31 for LUKS2), as "cryptsetup luksKillSlot" does: the slot is
+		Long: `Remove key slot SLOT (` + slotRange() + `), as "cryptsetup luksKillSlot" does: the slot is
 disabled in the header, then its key material is overwritten with random
 bytes.
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ the magic LUKS\xde\xad, as cryptsetup marks a LUKS1 device during its
 reencryption, LUKS2 with the mandatory requirement cryptimg-busy-v1 (cryptsetup
 then refuses to activate it or change its metadata). A LUKS2 image keeps its
 label, subsystem, sector size, flags, token (without the removed key slots)
-and key slot priorities; its new key slots use --pbkdf (argon2id by default).
+and key slot priorities; its new key slots use --pbkdf (` + header.KDFs(2)[0] + ` by default).
 
 The UUID stays unless --uuid gives a new one. --master-key-file derives the
 new volume key from the master secret in FILE and the image's new UUID, as
@@ -86,10 +87,10 @@ Keep the journal with the image.
 	f.StringArrayVar(&o.keep, "keep-key-file", nil, "also keep the key slot this key file opens (repeatable)")
 	f.StringVarP(&o.cipher, "cipher", "c", "", "new cipher specification: "+strings.Join(cipher.Supported(), ", ")+" (default: unchanged)")
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "new volume key size in bits, one the cipher takes (default: unchanged, or the new cipher's default)")
-	f.StringVar(&o.hash, "hash", "", "new hash for PBKDF2 and the AF splitter: sha1, sha256 or sha512 (default: unchanged)")
+	f.StringVar(&o.hash, "hash", "", "new hash for PBKDF2 and the AF splitter: "+orList(header.Hashes())+" (default: unchanged)")
 	o.pbkdf.addFlags(f)
 	f.BoolVar(&o.resume, "resume", false, "only continue an interrupted reencryption; fail if there is none")
-	f.Int64Var(&o.hotzone, "hotzone-size", 0, "bytes converted per crash-safe step, a multiple of 512 (default 8 MiB)")
+	f.Int64Var(&o.hotzone, "hotzone-size", 0, "bytes converted per crash-safe step, a multiple of "+strconv.Itoa(image.SectorSize)+" (default 8 MiB)")
 	f.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout")
 	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the new volume key from the master secret in FILE and the new UUID (HKDF-SHA512; a fresh random UUID unless --uuid)")
 	f.StringVar(&o.uuid, "uuid", "", "UUID of the new header (default: unchanged; with --master-key-file a fresh random one)")
@@ -97,8 +98,8 @@ Keep the journal with the image.
 }
 
 func checkHotzone(n int64) error {
-	if n < 0 || n%512 != 0 {
-		return usagef("--hotzone-size must be a positive multiple of 512")
+	if n < 0 || n%image.SectorSize != 0 {
+		return usagef("--hotzone-size must be a positive multiple of %d", image.SectorSize)
 	}
 	return nil
 }
@@ -115,8 +116,10 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 		// Otherwise the image's cipher decides; header.Format checks it.
 		return usagef("unsupported --key-size %d", o.keySize)
 	}
-	if o.hash != "" && !slices.Contains(supportedHashes, o.hash) {
-		return usagef("unsupported --hash %q: use sha1, sha256 or sha512", o.hash)
+	if o.hash != "" {
+		if err := checkHash(o.hash); err != nil {
+			return err
+		}
 	}
 	if err := checkHotzone(o.hotzone); err != nil {
 		return err

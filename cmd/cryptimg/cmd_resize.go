@@ -39,9 +39,9 @@ func newResizeCommand(g *globalOptions) *cobra.Command {
 		Long: `Set the virtual (plaintext) size of IMAGE to N bytes, as create's --size
 gives it: the size of the decrypted disk, not of the file. N takes the
 suffixes K, M, G and T (powers of 1024) and must be a whole number of the
-image's sectors (512 bytes; LUKS2 may use up to 4096). +N and -N grow or
-shrink the image by N, as qemu-img resize takes them. The same size
-changes nothing.
+image's sectors (` + sectorSizesHelp + `).
++N and -N grow or shrink the image by N, as qemu-img resize takes them. The
+same size changes nothing.
 
 Growing a raw LUKS1 or LUKS2 image extends the file as a sparse hole, like
 truncating a file under cryptsetup: the new part decrypts to garbage, not
@@ -112,7 +112,7 @@ func runResize(g *globalOptions, o resizeOptions, path string) error {
 	case size <= 0 && sign == 0:
 		return usagef("--size must be positive, not %d", size)
 	case size%image.SectorSize != 0:
-		return usagef("--size must be a multiple of 512 bytes, not %d", size)
+		return usagef("--size must be a multiple of %d bytes, not %d", image.SectorSize, size)
 	case o.allowDataLoss && !o.force:
 		return usagef("--allow-data-loss only goes with --force")
 	}

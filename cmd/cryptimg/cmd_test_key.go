@@ -29,7 +29,7 @@ matches, 2 if it does not, 1 if no active slot could be tried.
 	}
 	o.key.addFlags(cmd.Flags())
 	o.key.tokens = addTokenFlags(cmd.Flags())
-	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the key slot the key opens as JSON on stdout")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/spf13/cobra"
@@ -95,7 +96,7 @@ Without --token-id, import and add take the lowest free number and print it.
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&id, "token-id", -1, "token number (0-31)")
+	cmd.Flags().IntVar(&id, "token-id", -1, "token number (0-"+strconv.Itoa(header.SlotCount(2)-1)+")")
 	cmd.Flags().IntVarP(&slot, "key-slot", "S", -1, "assign the token to this key slot")
 	cmd.Flags().StringVar(&jsonFile, "json-file", "", "token JSON file (import: - for stdin; export: a new file)")
 	cmd.Flags().StringVar(&desc, "key-description", "", "kernel keyring key description (add)")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
 )
@@ -71,7 +72,7 @@ by cryptsetup and written through the kernel) against its tag, as the
 kernel's dm-crypt does on every read, without writing plaintext anywhere.
 
 A sector whose data or tag was changed, or that was never written, fails.
-The report names the failing 512-byte sectors, the numbers the kernel logs
+The report names the failing ` + strconv.Itoa(image.SectorSize) + `-byte sectors, the numbers the kernel logs
 as "INTEGRITY AEAD ERROR, sector N". Exit status 4 when any sector fails.
 ` + exitStatusHelp,
 		Example: `  cryptimg verify --key-file key.bin disk.luks
@@ -81,7 +82,7 @@ as "INTEGRITY AEAD ERROR, sector N". Exit status 4 when any sector fails.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-31)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-"+strconv.Itoa(header.SlotCount(2)-1)+")")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON on stdout")
 	return cmd
 }

@@ -208,7 +208,7 @@ func writeLUKS2Keyslot(w io.Writer, k *header.Keyslot) {
 	fmt.Fprintf(w, "\tCipher:     %s\n", k.Area.Encryption)
 	fmt.Fprintf(w, "\tCipher key: %d bits\n", k.Area.KeySize*8)
 	fmt.Fprintf(w, "\tPBKDF:      %s\n", k.KDF.Type)
-	if k.KDF.Type == "pbkdf2" {
+	if k.KDF.Type == header.PBKDF2 {
 		fmt.Fprintf(w, "\tHash:       %s\n", k.KDF.Hash)
 		fmt.Fprintf(w, "\tIterations: %d\n", k.KDF.Iterations)
 	} else {
@@ -242,7 +242,7 @@ func writeDumpLUKS2Tail(w io.Writer, h *header.LUKS2) {
 	for _, n := range slices.Sorted(maps.Keys(h.Digests)) {
 		d := h.Digests[n]
 		fmt.Fprintf(w, "  %d: %s\n", n, d.Type)
-		if d.Type != "pbkdf2" {
+		if d.Type != header.PBKDF2 {
 			continue // cryptsetup has no handler to print another type's fields
 		}
 		fmt.Fprintf(w, "\tHash:       %s\n", d.Hash)

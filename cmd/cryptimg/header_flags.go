@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,27 +21,27 @@ type luks2Options struct {
 	sectorSize    int
 	label         string
 	subsystem     string
-	cipherSet     bool // --cipher given: LUKS2 otherwise defaults to aes-xts-plain64
 	integrity     string
 	noJournal     bool
 }
 
 func (l *luks2Options) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&l.luksType, "type", "luks1", "LUKS version of the header: luks1 (read by qemu too) or luks2 (cryptsetup's default)")
-	f.StringVar(&l.pbkdf, "pbkdf", "", "LUKS2 keyslot KDF: argon2id (default), argon2i or pbkdf2 (LUKS1: pbkdf2 only)")
-	f.Uint32Var(&l.pbkdfMemory, "pbkdf-memory", 0, "argon2 memory in KiB (default 1 GiB, at most half of the RAM)")
-	f.Uint32Var(&l.pbkdfParallel, "pbkdf-parallel", 0, "argon2 threads (default up to 4, at most the CPUs)")
-	f.IntVar(&l.sectorSize, "sector-size", 0, "LUKS2 encryption sector size: 512, 1024, 2048 or 4096 (default 4096 when the image is whole 4096-byte sectors)")
+	f.StringVar(&l.luksType, "type", luksType(header.DefaultVersion), "LUKS version of the header: luks1 (read by qemu too) or luks2 (cryptsetup's default)")
+	f.StringVar(&l.pbkdf, "pbkdf", "", pbkdfUsage)
+	f.Uint32Var(&l.pbkdfMemory, "pbkdf-memory", 0, pbkdfMemoryUsage)
+	f.Uint32Var(&l.pbkdfParallel, "pbkdf-parallel", 0, pbkdfParallelUsage)
+	f.IntVar(&l.sectorSize, "sector-size", 0, fmt.Sprintf("LUKS2 encryption sector size: %s (default %d when the image is whole %[2]d-byte sectors)",
+		orList(header.SectorSizes(2)), header.DefaultLUKS2Sector))
 	f.StringVar(&l.label, "label", "", "LUKS2 label")
 	f.StringVar(&l.subsystem, "subsystem", "", "LUKS2 subsystem")
-	f.StringVar(&l.integrity, "integrity", "", "LUKS2 integrity protection: hmac-sha256 (with aes-cbc-essiv:sha256 or aes-xts-plain64) or aead (with aes-gcm-random); every sector gets a tag")
+	f.StringVar(&l.integrity, "integrity", "", "LUKS2 integrity protection: "+integrityChoices()+"; every sector gets a tag")
 	f.BoolVar(&l.noJournal, "integrity-no-journal", false, "with --integrity: store the persistent no-journal flag, so the kernel opens the image without the integrity journal")
 }
 
 // checkPBKDF checks a --pbkdf value; "" is the version's default.
 func checkPBKDF(name string) error {
-	if name != "" && !slices.Contains(pbkdfNames, name) {
-		return usagef("unknown --pbkdf %q: use %s", name, strings.Join(pbkdfNames, ", "))
+	if name != "" && !slices.Contains(pbkdfNames(), name) {
+		return usagef("unknown --pbkdf %q: use %s", name, strings.Join(pbkdfNames(), ", "))
 	}
 	return nil
 }
@@ -47,25 +49,23 @@ func checkPBKDF(name string) error {
 // apply checks the flags against the version and sets them in p.
 func (l luks2Options) apply(p *header.Params) error {
 	switch l.luksType {
-	case "luks1":
-		if l.pbkdf != "" && l.pbkdf != "pbkdf2" || l.pbkdfMemory != 0 || l.pbkdfParallel != 0 || l.sectorSize != 0 && l.sectorSize != 512 || l.label != "" || l.subsystem != "" || l.integrity != "" || l.noJournal {
+	case luksType(1):
+		if l.pbkdf != "" && !slices.Contains(header.KDFs(1), l.pbkdf) || l.pbkdfMemory != 0 || l.pbkdfParallel != 0 || l.sectorSize != 0 && !slices.Contains(header.SectorSizes(1), l.sectorSize) || l.label != "" || l.subsystem != "" || l.integrity != "" || l.noJournal {
 			return usagef("--pbkdf argon2, --pbkdf-memory, --pbkdf-parallel, --sector-size, --label, --subsystem and --integrity need --type luks2")
 		}
+		p.Version = 1
 		return nil
-	case "luks2":
+	case luksType(2):
 	default:
-		return usagef("unknown --type %q: use %s", l.luksType, strings.Join(luksTypes, " or "))
+		return usagef("unknown --type %q: use %s", l.luksType, strings.Join(luksTypes(), " or "))
 	}
 	p.Version, p.PBKDF, p.PBKDFMemory, p.PBKDFParallel = 2, l.pbkdf, l.pbkdfMemory, l.pbkdfParallel
 	p.SectorSize, p.Label, p.Subsystem = l.sectorSize, l.label, l.subsystem
-	if !l.cipherSet {
-		p.Cipher = "aes-xts-plain64"
-	}
 	if err := checkPBKDF(l.pbkdf); err != nil {
 		return err
 	}
-	if l.sectorSize != 0 && (l.sectorSize < 512 || l.sectorSize > 4096 || l.sectorSize&(l.sectorSize-1) != 0) {
-		return usagef("--sector-size must be 512, 1024, 2048 or 4096")
+	if l.sectorSize != 0 && !slices.Contains(header.SectorSizes(2), l.sectorSize) {
+		return usagef("--sector-size must be %s", orList(header.SectorSizes(2)))
 	}
 	if l.noJournal && l.integrity == "" {
 		return usagef("--integrity-no-journal needs --integrity")
@@ -86,20 +86,19 @@ func (o *encryptOptions) addHeaderFlags(f *pflag.FlagSet) {
 	o.luks2Options.addFlags(f)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "use the raw volume key in FILE instead of a random one (as cryptsetup luksFormat --volume-key-file)")
 	f.StringVar(&o.masterKeyFile, "master-key-file", "", "derive the volume key from the master secret in FILE and the image's UUID (HKDF-SHA512; see README)")
-	f.StringVarP(&o.cipher, "cipher", "c", header.DefaultCipherSpec, "cipher specification: "+strings.Join(cipher.Supported(), ", "))
-	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits (default: the cipher's, as cryptsetup: 512 for xts, 256 for cbc); xts takes 256, 384 or 512, cbc 128, 192 or 256")
-	f.StringVar(&o.hash, "hash", "sha256", "hash for PBKDF2 and the anti-forensic splitter: sha1, sha256 or sha512")
-	f.IntVarP(&o.iterTime, "iter-time", "i", 2000, "PBKDF2 time for the key slot, in milliseconds")
+	f.StringVarP(&o.cipher, "cipher", "c", "", "cipher specification: "+strings.Join(cipher.Supported(), ", ")+" (default: "+defaultCiphers()+")")
+	f.IntVarP(&o.keySize, "key-size", "s", 0, "volume key size in bits, one the cipher takes (default: the cipher's, as cryptsetup's: "+defaultKeySizes()+")")
+	f.StringVar(&o.hash, "hash", header.DefaultHash, "hash for PBKDF2 and the anti-forensic splitter: "+orList(header.Hashes()))
+	f.IntVarP(&o.iterTime, "iter-time", "i", int(header.DefaultIterTime.Milliseconds()), "KDF time for the key slot, in milliseconds")
 	f.Uint32Var(&o.forceIterations, "pbkdf-force-iterations", 0, forceIterationsUsage)
 	f.StringVar(&o.uuid, "uuid", "", "UUID for the new header (default: random)")
-	f.Uint32Var(&o.alignPayload, "align-payload", 0, "align the payload to this many 512-byte sectors (default 2048, 1 MiB)")
+	f.Uint32Var(&o.alignPayload, "align-payload", 0, fmt.Sprintf("align the payload to this many %d-byte sectors (default %d, %s)",
+		header.SectorSize, header.DefaultAlignSectors, wholeBytes(header.DefaultAlignSectors*header.SectorSize)))
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	f.StringVarP(&o.outputFormat, "output-format", "O", "", "output format: raw or qcow2 (default: the input's)")
 	f.Int64Var(&o.clusterSize, "cluster-size", 0, "cluster size of a qcow2 output in bytes (default 65536)")
 }
-
-var supportedHashes = []string{"sha1", "sha256", "sha512"}
 
 // cipherChoice checks --cipher and --key-size (in bits; 0 = the cipher's
 // default) and returns the LUKS1 cipher fields and key length.
@@ -122,26 +121,29 @@ func cipherChoice(spec string, bits int, integrity string) (keyBytes int, err er
 
 func (o encryptOptions) params() (header.Params, error) {
 	var p header.Params
-	p.Cipher = o.cipher
 	if err := o.luks2Options.apply(&p); err != nil {
 		return p, err
+	}
+	p.Cipher = o.cipher
+	if p.Cipher == "" {
+		p.Cipher = header.DefaultCipher(p.Version)
 	}
 	keyBytes, err := cipherChoice(p.Cipher, o.keySize, p.Integrity)
 	if err != nil {
 		return header.Params{}, err
 	}
-	if !slices.Contains(supportedHashes, o.hash) {
-		return header.Params{}, usagef("unsupported --hash %q: use sha1, sha256 or sha512", o.hash)
+	if err := checkHash(o.hash); err != nil {
+		return header.Params{}, err
 	}
 	if o.iterTime <= 0 {
 		return header.Params{}, usagef("--iter-time must be positive")
 	}
-	argon := p.Version == 2 && p.PBKDF != "pbkdf2"
-	if o.forceIterations != 0 && o.forceIterations < header.MinIterations && !argon {
-		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d for pbkdf2", header.MinIterations)
+	kdf := p.PBKDF
+	if kdf == "" {
+		kdf = header.KDFs(p.Version)[0]
 	}
-	if argon && o.forceIterations != 0 && o.forceIterations < 4 {
-		return header.Params{}, usagef("--pbkdf-force-iterations must be at least 4 for argon2")
+	if min := header.MinCost(kdf); o.forceIterations != 0 && o.forceIterations < min {
+		return header.Params{}, usagef("--pbkdf-force-iterations must be at least %d for %s", min, kdf)
 	}
 	if p.Version == 2 && o.alignPayload != 0 {
 		return header.Params{}, usagef("--align-payload is for LUKS1; a LUKS2 payload starts at 16 MiB")
@@ -168,9 +170,115 @@ func authCipherChoice(spec string, bits int, integrity string) (int, error) {
 	return bits/8 + m.MACKeyBytes, nil
 }
 
-// luksTypes are the --type values; pbkdfNames the --pbkdf values, the
-// LUKS2 default first.
+// luksType is the --type value of a LUKS version: "luks1", "luks2".
+func luksType(version int) string { return "luks" + strconv.Itoa(version) }
+
+// luksTypes are the --type values.
+func luksTypes() []string {
+	var s []string
+	for _, v := range header.Versions() {
+		s = append(s, luksType(v))
+	}
+	return s
+}
+
+// pbkdfNames are the --pbkdf values, the LUKS2 default first.
+func pbkdfNames() []string { return header.KDFs(2) }
+
+// checkHash checks a --hash value against the hashes a header takes.
+func checkHash(name string) error {
+	if !slices.Contains(header.Hashes(), name) {
+		return usagef("unsupported --hash %q: use %s", name, orList(header.Hashes()))
+	}
+	return nil
+}
+
+// orList writes a list of choices as help and messages do: "a, b or c".
+func orList[T any](s []T) string {
+	t := make([]string, len(s))
+	for i, v := range s {
+		t[i] = fmt.Sprint(v)
+	}
+	if len(t) < 2 {
+		return strings.Join(t, "")
+	}
+	return strings.Join(t[:len(t)-1], ", ") + " or " + t[len(t)-1]
+}
+
+// versionFacts writes one fact per LUKS version for help: f(1) for LUKS1,
+// f(2) for LUKS2, "f1 for LUKS1, f2 for LUKS2".
+func versionFacts(f func(version int) string) string {
+	var s []string
+	for _, v := range header.Versions() {
+		s = append(s, f(v)+" for LUKS"+strconv.Itoa(v))
+	}
+	return strings.Join(s, ", ")
+}
+
+// defaultCiphers is the --cipher default of each version.
+func defaultCiphers() string { return versionFacts(header.DefaultCipher) }
+
+// defaultKeySizes is the default key size of each version's default
+// cipher, in bits.
+func defaultKeySizes() string {
+	return versionFacts(func(v int) string {
+		m, err := cipher.Parse(header.DefaultCipher(v))
+		if err != nil {
+			panic("the default cipher of LUKS" + strconv.Itoa(v) + " is not in the registry")
+		}
+		return strconv.Itoa(m.DefaultKeyBytes*8) + " (" + m.Spec() + ")"
+	})
+}
+
+// slotRange is the key slot numbers of each version, "0-7 for LUKS1,
+// 0-31 for LUKS2".
+func slotRange() string {
+	return versionFacts(func(v int) string { return "0-" + strconv.Itoa(header.SlotCount(v)-1) })
+}
+
+// sectorSizesHelp is the sector sizes of each version, for help:
+// "512 bytes for LUKS1, 512, 1024, 2048 or 4096 for LUKS2".
+var sectorSizesHelp = versionFacts(func(v int) string {
+	s := orList(header.SectorSizes(v))
+	if v == 1 {
+		s += " bytes"
+	}
+	return s
+})
+
+// newHeaderHelp says what a new header is by default, for the root
+// command's help.
+func newHeaderHelp() string {
+	c1, c2 := header.DefaultCipher(1), header.DefaultCipher(2)
+	m1, _ := cipher.Parse(c1)
+	m2, _ := cipher.Parse(c2)
+	return fmt.Sprintf("LUKS%d with %s (%d-bit key), which qemu\nreads too, unless --type luks2 is given: LUKS2 gets %s (%d-bit\nkey), cryptsetup's default",
+		header.DefaultVersion, c1, m1.DefaultKeyBytes*8, c2, m2.DefaultKeyBytes*8)
+}
+
+// integrityChoices lists the --integrity options with the ciphers each
+// takes, from the registry: "aead (with aes-gcm-random) or hmac-sha256
+// (with aes-cbc-essiv:sha256 or aes-xts-plain64)".
+func integrityChoices() string {
+	var s []string
+	for _, opt := range cipher.IntegrityOptions() {
+		var specs []string
+		for _, m := range cipher.AuthModes() {
+			if m.Option == opt {
+				specs = append(specs, m.Spec)
+			}
+		}
+		slices.Sort(specs)
+		s = append(s, opt+" (with "+orList(specs)+")")
+	}
+	return orList(s)
+}
+
+// KDF flag help, shared by the commands that make a key slot.
 var (
-	luksTypes  = []string{"luks1", "luks2"}
-	pbkdfNames = []string{"argon2id", "argon2i", "pbkdf2"}
+	pbkdfUsage = fmt.Sprintf("LUKS2 keyslot KDF: %s (default), %s (LUKS1: %s only)",
+		header.KDFs(2)[0], orList(header.KDFs(2)[1:]), orList(header.KDFs(1)))
+	pbkdfMemoryUsage = fmt.Sprintf("argon2 memory in KiB (default %s, at most half of the RAM)",
+		wholeBytes(header.DefaultArgon2Memory<<10))
+	pbkdfParallelUsage = fmt.Sprintf("argon2 threads (default up to %d, at most the CPUs)", header.MaxArgon2Threads)
 )

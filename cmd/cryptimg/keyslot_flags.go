@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/pflag"
 )
@@ -34,7 +36,8 @@ func addNewKeyFlags(f *pflag.FlagSet, k *keyOptions) {
 // forceIterationsUsage is the help of --pbkdf-force-iterations, whose
 // minimum depends on the KDF, as cryptsetup's (lib/utils_pbkdf.c
 // verify_pbkdf_params with the limits of crypt_pbkdf_get_limits).
-const forceIterationsUsage = "use exactly this cost instead of benchmarking: for pbkdf2 (LUKS1, or --pbkdf pbkdf2) the iterations, at least 1000; for argon2 (LUKS2's default) the passes over --pbkdf-memory, at least 4"
+var forceIterationsUsage = fmt.Sprintf("use exactly this cost instead of benchmarking: for %s (LUKS1, or --pbkdf %[1]s) the iterations, at least %d; for argon2 (LUKS2's default) the passes over --pbkdf-memory, at least %d",
+	header.PBKDF2, header.MinCost(header.PBKDF2), header.MinCost(header.Argon2id))
 
 // pbkdfOptions are the cost flags of a new key slot.
 type pbkdfOptions struct {
@@ -46,11 +49,11 @@ type pbkdfOptions struct {
 }
 
 func (p *pbkdfOptions) addFlags(f *pflag.FlagSet) {
-	f.IntVarP(&p.iterTime, "iter-time", "i", 2000, "KDF time for the new key slot, in milliseconds")
+	f.IntVarP(&p.iterTime, "iter-time", "i", int(header.DefaultIterTime.Milliseconds()), "KDF time for the new key slot, in milliseconds")
 	f.Uint32Var(&p.forceIterations, "pbkdf-force-iterations", 0, forceIterationsUsage)
-	f.StringVar(&p.pbkdf, "pbkdf", "", "LUKS2 key slot KDF: argon2id (default), argon2i or pbkdf2 (LUKS1: pbkdf2 only)")
-	f.Uint32Var(&p.memory, "pbkdf-memory", 0, "argon2 memory in KiB (default 1 GiB, at most half of the RAM)")
-	f.Uint32Var(&p.parallel, "pbkdf-parallel", 0, "argon2 threads (default up to 4, at most the CPUs)")
+	f.StringVar(&p.pbkdf, "pbkdf", "", pbkdfUsage)
+	f.Uint32Var(&p.memory, "pbkdf-memory", 0, pbkdfMemoryUsage)
+	f.Uint32Var(&p.parallel, "pbkdf-parallel", 0, pbkdfParallelUsage)
 }
 
 // slotOptions checks the flags that need no header; the header checks the

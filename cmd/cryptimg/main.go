@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,8 +102,8 @@ func (g *globalOptions) validate() error {
 	if g.jobs < 0 || g.jobs > 1024 {
 		return usagef("--jobs must be from 1 to 1024 (or 0, one per CPU), not %d", g.jobs)
 	}
-	if c := g.chunk; c != 0 && (c%512 != 0 || c < 64<<10 || c > 64<<20) {
-		return usagef("--chunk-size must be a multiple of 512 from 65536 to 67108864 bytes, not %d", c)
+	if c := g.chunk; c != 0 && (c%image.SectorSize != 0 || c < 64<<10 || c > 64<<20) {
+		return usagef("--chunk-size must be a multiple of %d from 65536 to 67108864 bytes, not %d", image.SectorSize, c)
 	}
 	return nil
 }
@@ -133,9 +134,8 @@ func newRootCommand(g *globalOptions) *cobra.Command {
 or LUKS2 header. It needs no root, no device-mapper and no kernel support, and
 its images open with cryptsetup, dm-crypt and qemu.
 
-A new header is LUKS1 with aes-cbc-essiv:sha256 (256-bit key), which qemu
-reads too, unless --type luks2 is given: LUKS2 gets aes-xts-plain64 (512-bit
-key), cryptsetup's default. --cipher and --key-size choose another.
+A new header is ` + newHeaderHelp() + `. --cipher and
+--key-size choose another.
 
 Secrets are never taken as flag values: use --key-file FILE (- for stdin) or
 type the passphrase at the terminal prompt.
@@ -155,7 +155,7 @@ type the passphrase at the terminal prompt.
 	f.BoolVar(&g.nullOK, "allow-null-cipher", false, "use a LUKS2 keyslot or data segment under the null cipher (cipher_null: not encrypted), which is refused otherwise; such a keyslot opens only with an empty passphrase")
 	f.StringVar(&g.progress, "progress", "auto", "progress display: auto, bar, plain, json or none")
 	f.IntVarP(&g.jobs, "jobs", "j", 0, "parallel workers (default: number of CPUs, at most the cgroup CPU limit)")
-	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of 512 from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
+	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of "+strconv.Itoa(image.SectorSize)+" from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
 	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt, ls, cat, open and the key and header commands")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.cmdCtx = cmd.Context()

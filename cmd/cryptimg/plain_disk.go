@@ -29,7 +29,7 @@ type lsOptions struct {
 func (o *lsOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	o.key.addFlags(f)
-	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot (0-7 for LUKS1, 0-31 for LUKS2)")
+	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVar(&o.json, "json", false, "print JSON on stdout")
 }
 

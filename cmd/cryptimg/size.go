@@ -20,6 +20,17 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
+// wholeBytes writes n bytes in the largest IEC unit that divides it,
+// "1 MiB", for help that states a default.
+func wholeBytes(n int64) string {
+	unit := 0
+	for n != 0 && n%1024 == 0 && unit < 4 {
+		n /= 1024
+		unit++
+	}
+	return fmt.Sprintf("%d %s", n, []string{"bytes", "KiB", "MiB", "GiB", "TiB"}[unit])
+}
+
 // parseSize reads a size in bytes with an optional suffix K, M, G or T
 // (either case), each a power of 1024 as in qemu-img.
 func parseSize(s string) (int64, error) {

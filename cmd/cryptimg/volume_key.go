@@ -6,8 +6,9 @@ import (
 )
 
 // volumeKey reads --volume-key-file, if given: the raw volume key, exactly
-// as long as the key size (cryptsetup luksFormat --volume-key-file).
-func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error) {
+// as long as keyBytes, the key size of spec (cryptsetup luksFormat
+// --volume-key-file).
+func (o encryptOptions) volumeKey(g *globalOptions, spec string, keyBytes int) ([]byte, error) {
 	if o.volumeKeyFile == "" {
 		return nil, nil
 	}
@@ -20,7 +21,7 @@ func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error
 	}
 	if len(vk) != keyBytes {
 		clear(vk)
-		return nil, usagef("--volume-key-file holds %d bytes; the %s key is %d bits (%d bytes)", len(vk), o.cipher, keyBytes*8, keyBytes)
+		return nil, usagef("--volume-key-file holds %d bytes; the %s key is %d bits (%d bytes)", len(vk), spec, keyBytes*8, keyBytes)
 	}
 	return vk, nil
 }
@@ -30,7 +31,7 @@ func (o encryptOptions) volumeKey(g *globalOptions, keyBytes int) ([]byte, error
 // it random.
 func (o encryptOptions) newVolumeKey(g *globalOptions, p *header.Params) error {
 	if o.masterKeyFile == "" {
-		vk, err := o.volumeKey(g, p.KeyBytes)
+		vk, err := o.volumeKey(g, p.Cipher, p.KeyBytes)
 		p.VolumeKey = vk
 		return err
 	}

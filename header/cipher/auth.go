@@ -281,7 +281,7 @@ func (s *authSector) open(dst, src, tags []byte, unit uint64) error {
 		return nil
 	}
 	var te *TagError
-	step := uint64(s.g.SectorSize / 512)
+	step := uint64(s.g.SectorSize / UnitSize)
 	s.k.open(dst, src, tags, unit, unit+s.g.IVOffset, s.g.SectorSize, func(i int) {
 		if te == nil {
 			te = &TagError{}

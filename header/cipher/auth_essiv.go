@@ -63,7 +63,7 @@ func (e *authESSIV) records(st *macState, n int, aadUnit, iv, step uint64) []byt
 func (e *authESSIV) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error {
 	st := getMAC()
 	defer st.put()
-	step := uint64(ss / 512)
+	step := uint64(ss / UnitSize)
 	n, per := len(src)/ss, chunkSectors(ss)
 	for i := 0; i < n; i += per {
 		m := min(per, n-i)
@@ -78,7 +78,7 @@ func (e *authESSIV) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) erro
 func (e *authESSIV) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad func(int)) {
 	st := getMAC()
 	defer st.put()
-	step := uint64(ss / 512)
+	step := uint64(ss / UnitSize)
 	n, per := len(src)/ss, chunkSectors(ss)
 	for i := 0; i < n; i += per {
 		m := min(per, n-i)

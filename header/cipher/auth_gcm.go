@@ -59,7 +59,7 @@ func gcmAAD(st *macState, unit uint64, iv []byte) []byte {
 func (g *authGCM) seal(dst, tags, src []byte, aadUnit, _ uint64, ss int) error {
 	st := getMAC()
 	defer st.put()
-	n, step := len(src)/ss, uint64(ss/512)
+	n, step := len(src)/ss, uint64(ss/UnitSize)
 	ivs := grow(&st.recs, n*gcmIV)
 	if _, err := io.ReadFull(g.rand, ivs); err != nil {
 		return fmt.Errorf("cipher: aes-gcm-random: reading random IVs: %w", err)
@@ -97,7 +97,7 @@ func (g *authGCM) seal(dst, tags, src []byte, aadUnit, _ uint64, ss int) error {
 func (g *authGCM) open(dst, src, tags []byte, aadUnit, _ uint64, ss int, bad func(int)) {
 	st := getMAC()
 	defer st.put()
-	n, step := len(src)/ss, uint64(ss/512)
+	n, step := len(src)/ss, uint64(ss/UnitSize)
 	buf := grow(&st.buf, ss+gcmTag)
 	for j := range n {
 		slot := tags[j*(gcmTag+gcmIV) : (j+1)*(gcmTag+gcmIV)]

@@ -36,7 +36,7 @@ func (g *authGCM) reseal(dst, tags, src []byte, aadUnit uint64, ss int) error {
 	if g.aead == nil {
 		return errors.New("cipher: aes-gcm-random: the key was cleared")
 	}
-	n, step := len(src)/ss, uint64(ss/512)
+	n, step := len(src)/ss, uint64(ss/UnitSize)
 	buf := make([]byte, 0, ss+gcmTag)
 	var aad [8 + gcmIV]byte
 	for j := range n {

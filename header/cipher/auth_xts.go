@@ -45,7 +45,7 @@ func newAuthXTSMAC(vk []byte, impl asm.XTSImpl, mac *asm.SHA256Impl) (*authXTS, 
 func (a *authXTS) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error {
 	st := getMAC()
 	defer st.put()
-	step := uint64(ss / 512)
+	step := uint64(ss / UnitSize)
 	n, per := len(src)/ss, chunkSectors(ss)
 	recs := grow(&st.recs, 24*per)
 	for i := 0; i < n; i += per {
@@ -61,7 +61,7 @@ func (a *authXTS) seal(dst, tags, src []byte, aadUnit, iv uint64, ss int) error 
 func (a *authXTS) open(dst, src, tags []byte, aadUnit, iv uint64, ss int, bad func(int)) {
 	st := getMAC()
 	defer st.put()
-	step := uint64(ss / 512)
+	step := uint64(ss / UnitSize)
 	n, per := len(src)/ss, chunkSectors(ss)
 	recs := grow(&st.recs, 24*per)
 	for i := 0; i < n; i += per {

@@ -49,7 +49,7 @@ func (c *cbcPlain) DecryptSectors(dst, src []byte, first uint64, sectorSize int)
 
 func (c *cbcPlain) run(dst, src []byte, first uint64, sectorSize int, mode func(gocipher.Block, []byte) gocipher.BlockMode) {
 	var iv [16]byte
-	step := uint64(sectorSize / 512)
+	step := uint64(sectorSize / UnitSize)
 	binary.LittleEndian.PutUint64(iv[:8], first&c.mask)
 	m := mode(c.b, iv[:]).(ivSetter)
 	for off := 0; off < len(src); off += sectorSize {

@@ -41,14 +41,51 @@ type Geometry struct {
 	IVOffset uint64
 }
 
+// UnitSize is the 512-byte unit that IVs and sector numbers count, whatever
+// the encryption sector size (dm-crypt's sector, linux SECTOR_SHIFT 9), and
+// the smallest encryption sector: LUKS1's and qcow2's only one.
+const UnitSize = 512
+
+// MaxSectorSize is the largest encryption sector, 4096 bytes: dm-crypt
+// takes no sector larger than a page, and cryptsetup formats none larger
+// (lib/libcryptsetup_macros.h MAX_SECTOR_SIZE).
+const MaxSectorSize = 4096
+
+// ValidSectorSize reports whether n is an encryption sector size: a power
+// of two from UnitSize to MaxSectorSize (dm-crypt's sector_size option,
+// LUKS2's segment sector_size).
+func ValidSectorSize(n int) bool {
+	return n >= UnitSize && n <= MaxSectorSize && n&(n-1) == 0
+}
+
+// SectorSizes lists every valid encryption sector size, ascending: 512,
+// 1024, 2048 and 4096.
+func SectorSizes() []int {
+	var s []int
+	for n := UnitSize; n <= MaxSectorSize; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
 // LUKS1 is the geometry of LUKS1 and of qcow2's LUKS: 512-byte sectors.
-var LUKS1 = Geometry{SectorSize: 512}
+var LUKS1 = Geometry{SectorSize: UnitSize}
 
 func (g Geometry) check() error {
-	if g.SectorSize < 512 || g.SectorSize > 4096 || g.SectorSize&(g.SectorSize-1) != 0 {
-		return fmt.Errorf("invalid sector size %d (want a power of two from 512 to 4096)", g.SectorSize)
+	if !ValidSectorSize(g.SectorSize) {
+		return fmt.Errorf("invalid sector size %d (want %s)", g.SectorSize, SectorSizesText())
 	}
 	return nil
+}
+
+// SectorSizesText is SectorSizes for a message: "512, 1024, 2048 or 4096".
+func SectorSizesText() string {
+	s := SectorSizes()
+	t := make([]string, len(s))
+	for i, n := range s {
+		t[i] = strconv.Itoa(n)
+	}
+	return strings.Join(t[:len(t)-1], ", ") + " or " + t[len(t)-1]
 }
 
 // Sector encrypts and decrypts runs of consecutive sectors of one Geometry.
@@ -201,7 +238,7 @@ func (m *Mode) NewSector(key []byte, g Geometry) (Sector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sector{k: k, g: g, prefix: "cipher: " + m.Mode, step: uint64(g.SectorSize / 512)}, nil
+	return &sector{k: k, g: g, prefix: "cipher: " + m.Mode, step: uint64(g.SectorSize / UnitSize)}, nil
 }
 
 // sector binds a kernel to a geometry: it checks every call and maps units
@@ -250,7 +287,7 @@ func (s *sector) Clear() { s.k.Clear() }
 // check panics on misuse of a Sector method, with the same checks and order
 // everywhere.
 func check(prefix string, dst, src []byte, sectorSize int) {
-	if sectorSize < 512 || sectorSize > 4096 || sectorSize&(sectorSize-1) != 0 {
+	if !ValidSectorSize(sectorSize) {
 		panic(prefix + ": invalid sector size " + strconv.Itoa(sectorSize))
 	}
 	if len(src)%sectorSize != 0 {

@@ -22,7 +22,7 @@ func NewNullSector(g Geometry) (Sector, error) {
 	if err := g.check(); err != nil {
 		return nil, err
 	}
-	return &sector{k: nullKernel{}, g: g, prefix: "cipher: cipher_null", step: uint64(g.SectorSize / 512)}, nil
+	return &sector{k: nullKernel{}, g: g, prefix: "cipher: cipher_null", step: uint64(g.SectorSize / UnitSize)}, nil
 }
 
 type nullKernel struct{}
