@@ -16,6 +16,7 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/token"
+	"github.com/cryptimg/cryptimg/header/token/clevis"
 	"github.com/cryptimg/cryptimg/header/token/tpm2"
 )
 
@@ -58,7 +59,7 @@ func (e *Encrypted) EnrollRecovery(k *Key, rnd io.Reader) (*Recovery, error) {
 		return nil, err
 	}
 	kdf := header.KDF{Type: token.RecoveryPBKDF, Hash: token.RecoveryHash, Iterations: token.RecoveryIterations}
-	slot, id, err := e.enroll(k, key, kdf, token.RecoveryJSON, rnd)
+	slot, id, err := e.enroll(k, key, kdf, func(slot int) ([]byte, error) { return token.RecoveryJSON(slot), nil }, rnd)
 	if err != nil {
 		clear(key)
 		return nil, err
@@ -83,42 +84,94 @@ func (e *Encrypted) EnrollTPM2(k *Key, p *tpm2.Params, rnd io.Reader) (slot, id 
 	}
 	defer clear(sealed.Passphrase)
 	kdf := header.KDF{Type: tpm2.PBKDF, Hash: tpm2.Hash, Iterations: tpm2.Iterations}
-	return e.enroll(k, sealed.Passphrase, kdf, sealed.JSON, rnd)
+	return e.enroll(k, sealed.Passphrase, kdf, func(slot int) ([]byte, error) { return sealed.JSON(slot), nil }, rnd)
 }
 
-// enroll adds passphrase to the lowest free key slot with kdf, and the token
-// tokenJSON(slot) makes, in one header update: a crash leaves both or
-// neither. The image is then reopened and the new slot unlocked with the
-// passphrase; should that fail, the old header is written back, the slot's
-// area wiped, and ErrVerifyFailed returned.
-func (e *Encrypted) enroll(k *Key, passphrase []byte, kdf header.KDF, tokenJSON func(slot int) []byte, rnd io.Reader) (slot, id int, err error) {
+// Clevis is an enrolled clevis binding: its key slot and clevis token.
+type Clevis struct {
+	Slot  int
+	Token int
+}
+
+// EnrollClevis binds the image to a clevis pin (tang, or sss over tang
+// pins) as clevis luks bind does, offline: a new passphrase in clevis's
+// form, encrypted by the pin into the JWE of a clevis token, and a key
+// slot for it in the lowest free slot with clevis's KDF (pbkdf2, 1000
+// iterations, the hash of the first pbkdf2 slot: clevis_luks_add_key and
+// clevis_luks_get_hash in clevis src/luks/clevis-luks-common-functions.in).
+// Slot and token go in one header update and the slot is checked, as
+// EnrollRecovery does. rnd (nil: crypto/rand) gives the passphrase, the
+// sss shares, salts and stripes.
+func (e *Encrypted) EnrollClevis(k *Key, pin clevis.Pin, rnd io.Reader) (*Clevis, error) {
 	h, err := e.luks2()
 	if err != nil {
-		return 0, 0, err
+		return nil, err
+	}
+	pass, err := clevis.NewPassphrase(rnd)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(pass)
+	jwe, err := pin.Encrypt(pass, rnd)
+	if err != nil {
+		return nil, err
+	}
+	kdf := header.KDF{Type: clevis.PBKDF, Hash: clevisHash(h), Iterations: clevis.Iterations}
+	slot, id, err := e.enroll(k, pass, kdf, func(slot int) ([]byte, error) { return clevis.TokenJSON(slot, jwe) }, rnd)
+	if err != nil {
+		return nil, err
+	}
+	return &Clevis{Slot: slot, Token: id}, nil
+}
+
+// clevisHash is the hash clevis gives a new keyslot: clevis_luks_get_hash
+// takes the first "Hash:" line after the keyslots' heading in luksDump,
+// which is the lowest pbkdf2 keyslot's hash, or with none the digest's
+// (the next such line), as "" here means.
+func clevisHash(h *header.LUKS2) string {
+	for n := range h.NumSlots() {
+		if ks := h.Keyslots[n]; ks != nil && ks.KDF.Type == "pbkdf2" && ks.KDF.Hash != "" {
+			return ks.KDF.Hash
+		}
+	}
+	return ""
+}
+
+// enroll adds passphrase to the lowest free key slot with kdf and the
+// token js(slot) in one header update, then unlocks the new slot from the
+// file to check it; should that fail, the old header is written back, the
+// slot's area wiped, and ErrVerifyFailed returned.
+func (e *Encrypted) enroll(k *Key, passphrase []byte, kdf header.KDF, js func(slot int) ([]byte, error), rnd io.Reader) (slot, id int, err error) {
+	h, err := e.luks2()
+	if err != nil {
+		return -1, -1, err
 	}
 	f, err := e.rw()
 	if err != nil {
-		return 0, 0, err
+		return -1, -1, err
 	}
-	slot, err = e.pickSlot(-1)
+	if slot, err = e.pickSlot(-1); err != nil {
+		return -1, -1, err
+	}
+	tok, err := js(slot)
 	if err != nil {
-		return 0, 0, err
+		return -1, -1, err
 	}
-	u, id, err := h.AddSlotToken(slot, passphrase, k.volume, kdf, -1, tokenJSON(slot), rnd)
+	u, id, err := h.AddSlotToken(slot, passphrase, k.volume, kdf, -1, tok, rnd)
 	if err == nil {
 		err = e.applyNow(f, u)
 	}
 	if err != nil {
-		return 0, 0, err
+		return -1, -1, err
 	}
 	if verr := verifySlot(f.Name(), passphrase, slot); verr != nil {
 		if err := e.apply(f)(h.Rewrite()); err != nil {
-			return 0, 0, fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
+			return -1, -1, fmt.Errorf("%w (%v), and rolling back failed: %v", ErrVerifyFailed, verr, err)
 		}
 		if err := e.apply(f)(h.WipeSlot(slot, rnd)); err != nil {
-			return 0, 0, fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
+			return -1, -1, fmt.Errorf("%w (%v), and wiping failed: %v", ErrVerifyFailed, verr, err)
 		}
-		return 0, 0, fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
+		return -1, -1, fmt.Errorf("%w: %v", ErrVerifyFailed, verr)
 	}
 	return slot, id, nil
 }

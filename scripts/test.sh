@@ -28,6 +28,14 @@ command -v systemd-cryptenroll >/dev/null || need+=(systemd)
 # swtpm and tpm2-tools: the systemd-tpm2 oracles (header/token/tpm2).
 command -v swtpm >/dev/null || need+=(swtpm swtpm-tools)
 command -v tpm2_import >/dev/null || need+=(tpm2-tools)
+# clevis and a tang server (tangd run by socat): the oracles of the clevis
+# tokens (enroll --tang-adv, --clevis-config, --token-only).
+command -v clevis >/dev/null || need+=(clevis)
+command -v clevis-luks-bind >/dev/null || need+=(clevis-luks)
+[ -x /usr/libexec/tangd ] || need+=(tang)
+command -v socat >/dev/null || need+=(socat)
+command -v jose >/dev/null || need+=(jose)
+command -v curl >/dev/null || need+=(curl)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"

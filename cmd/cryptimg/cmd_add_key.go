@@ -46,6 +46,7 @@ working.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.key.tokens = addTokenFlags(f)
 	addNewKeyFlags(f, &o.newKey)
 	f.StringVar(&o.volumeKeyFile, "volume-key-file", "", "unlock with the raw volume key in FILE instead of a passphrase")
 	f.StringVar(&o.masterKeyFile, "master-key-file", "", "unlock with the volume key derived from the master secret in FILE and the image's UUID (an image made with encrypt --master-key-file; not cryptsetup's old alias of --volume-key-file)")

@@ -65,6 +65,7 @@ complete.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.key.tokens = addTokenFlags(f)
 	addNewKeyFlags(f, &o.newKey)
 	o.addHeaderFlags(f)
 	f.StringArrayVar(&o.keep, "keep-key-file", nil, "also give the copy the key in this file, which must open a slot of SOURCE (repeatable)")

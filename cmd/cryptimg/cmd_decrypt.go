@@ -55,6 +55,7 @@ clusters in qcow2 output).
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.key.tokens = addTokenFlags(f)
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVarP(&o.force, "force", "f", false, "overwrite OUTPUT if it exists")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")

@@ -16,6 +16,7 @@ import (
 	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/token"
+	"github.com/cryptimg/cryptimg/header/token/clevis"
 	"github.com/cryptimg/cryptimg/header/token/tpm2"
 	"github.com/cryptimg/cryptimg/image"
 	"github.com/spf13/cobra"
@@ -26,6 +27,7 @@ type enrollOptions struct {
 	keySlot     int
 	recoveryKey bool
 	tpm2        tpm2EnrollOptions
+	clevis      clevisFlags
 	wipeSlot    string
 	json        bool
 }
@@ -77,13 +79,24 @@ systemd-cryptenroll calls it; --key-slot; or a prompt).
       header update, then the slots' key material is overwritten. Wiping
       alone needs no key, as in systemd-cryptenroll.
 
+  --tang-adv FILE --tang-url URL, --clevis-config JSON   (cryptimg's own)
+      bind the image to tang servers as clevis luks bind does, offline: a
+      new passphrase (40 random bytes, base64url) in the lowest free slot
+      with clevis's KDF (pbkdf2, 1000 iterations), and a clevis token whose
+      JWE encrypts it to the server's exchange key, from the advertisement
+      saved with curl -f URL/adv (its signature is checked). --clevis-config
+      takes clevis's config: tang {"url":URL,"adv":FILE or the JWS}, or sss
+      {"t":N,"pins":{"tang":[...],"sss":...}} for a threshold of servers.
+      Unlocking asks the servers (clevis luks unlock, or cryptimg's
+      --token-only).
+
 LUKS1 headers have no tokens: convert first (cryptimg convert --type luks2).
-Tang (clevis) enrollment is not available yet.
 ` + exitStatusHelp,
 		Example: `  cryptimg enroll -d disk.key --recovery-key disk.img > recovery.txt
   cryptimg enroll -d disk.key --recovery-key --wipe-slot password --json disk.img
   cryptimg enroll --header disk.hdr -d disk.key --recovery-key disk.data
-  cryptimg enroll -d disk.key --tpm2-device-key srk.pub --tpm2-pcrs 7:sha256=HEX disk.img`,
+  cryptimg enroll -d disk.key --tpm2-device-key srk.pub --tpm2-pcrs 7:sha256=HEX disk.img
+  cryptimg enroll -d disk.key --tang-adv adv.jws --tang-url http://tang.example disk.img`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runEnroll(g, o, args[0])
@@ -95,6 +108,7 @@ Tang (clevis) enrollment is not available yet.
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "unlock with this key slot only")
 	f.BoolVar(&o.recoveryKey, "recovery-key", false, "enroll a new recovery key in systemd's format and print it")
 	o.tpm2.addFlags(f)
+	o.clevis.addFlags(f)
 	f.StringVar(&o.wipeSlot, "wipe-slot", "", "remove these key slots: numbers, all, empty, password, recovery, tpm2, fido2, pkcs11 (comma-separated)")
 	f.BoolVar(&o.json, "json", false, "print the outcome, with the recovery key, as JSON on stdout")
 	cmd.RegisterFlagCompletionFunc("wipe-slot", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -139,12 +153,22 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 	if err != nil {
 		return err
 	}
-	tpm := o.tpm2.deviceKey != ""
-	if !o.recoveryKey && !tpm && wipe.IsZero() {
-		return usagef("enroll needs --recovery-key, --tpm2-device-key or --wipe-slot")
+	pin, err := o.clevis.pin()
+	if err != nil {
+		return err
 	}
-	if o.recoveryKey && tpm {
-		return usagef("enroll one thing at a time: --recovery-key or --tpm2-device-key")
+	tpm := o.tpm2.deviceKey != ""
+	kinds := 0
+	for _, on := range []bool{o.recoveryKey, tpm, pin != nil} {
+		if on {
+			kinds++
+		}
+	}
+	if kinds == 0 && wipe.IsZero() {
+		return usagef("enroll needs --recovery-key, --tpm2-device-key, --tang-adv, --clevis-config or --wipe-slot")
+	}
+	if kinds > 1 {
+		return usagef("enroll one thing at a time: --recovery-key, --tpm2-device-key, or a clevis binding (--tang-adv, --clevis-config)")
 	}
 	if !tpm && (o.tpm2 != tpm2EnrollOptions{}) {
 		return usagef("the --tpm2-* flags need --tpm2-device-key")
@@ -159,7 +183,7 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 	defer f.Close()
 	// Refuse a bad selection before anything is written (the slot about to
 	// be enrolled will remain).
-	if _, _, err := e.WipeSelection(wipe, -1); err != nil && !((o.recoveryKey || tpm) && errors.Is(err, image.ErrWipeAll)) {
+	if _, _, err := e.WipeSelection(wipe, -1); err != nil && !(kinds > 0 && errors.Is(err, image.ErrWipeAll)) {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	out := enrollJSON{MessageType: "enroll", Image: path, Header: g.header, WipedSlots: []int{}, WipedTokens: []int{}}
@@ -203,6 +227,14 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 			info(g, "%s: TPM2 token enrolled in key slot %d, token %d", path, slot, id)
 		}
 	}
+	if pin != nil {
+		c, err := enrollClevis(g, e, o, pin, path)
+		if err != nil {
+			return err
+		}
+		keep = c.Slot
+		out.KeySlot, out.TokenID, out.TokenType = &c.Slot, &c.Token, clevis.Type
+	}
 	slots, tokens, err := e.WipeSlots(wipe, keep, nil)
 	if err != nil {
 		if rec != nil {
@@ -212,8 +244,8 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 				out.RecoveryKey = string(rec.Key)
 				json.NewEncoder(g.stdout).Encode(out)
 			}
-		} else if tpm {
-			err = fmt.Errorf("%w (the TPM2 token in key slot %d was enrolled before)", err, keep)
+		} else if keep >= 0 {
+			err = fmt.Errorf("%w (the %s token in key slot %d was enrolled before)", err, out.TokenType, keep)
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -227,6 +259,9 @@ func runEnroll(g *globalOptions, o enrollOptions, path string) error {
 	}
 	if rec != nil {
 		info(g, "%s: recovery key enrolled in key slot %d, token %d", path, rec.Slot, rec.Token)
+	}
+	if pin != nil {
+		info(g, "%s: clevis %s binding enrolled in key slot %d, token %d", path, pin.Name(), *out.KeySlot, *out.TokenID)
 	}
 	for _, s := range slots {
 		info(g, "%s: wiped key slot %d", path, s)

@@ -55,6 +55,7 @@ conflicting command exits 5 naming the mount point.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.key.tokens = addTokenFlags(f)
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVarP(&o.readOnly, "read-only", "r", false, "mount read-only: the image is never written")
 	f.BoolVar(&o.background, "background", false, "return once mounted, serving from a background process")

@@ -83,6 +83,7 @@ Keep the journal with the image.
 	}
 	f := cmd.Flags()
 	o.key.addFlags(f)
+	o.key.tokens = addTokenFlags(f)
 	f.StringArrayVar(&o.keep, "keep-key-file", nil, "also keep the key slot this key file opens (repeatable)")
 	f.StringVarP(&o.cipher, "cipher", "c", "", "new cipher specification: "+strings.Join(cipher.Supported(), ", ")+" (default: unchanged)")
 	f.IntVarP(&o.keySize, "key-size", "s", 0, "new volume key size in bits, one the cipher takes (default: unchanged, or the new cipher's default)")
@@ -169,7 +170,8 @@ func runReencrypt(cmd *cobra.Command, g *globalOptions, o reencryptOptions, path
 			clear(p)
 		}
 	}()
-	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	te, _ := openWithHeader(f, hdr) // tokens, when it opens (not while resuming)
+	key, err := readKeyFor(g, te, o.key, path, "Enter passphrase for "+path+": ", -1)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ matches, 2 if it does not, 1 if no active slot could be tried.
 		},
 	}
 	o.key.addFlags(cmd.Flags())
+	o.key.tokens = addTokenFlags(cmd.Flags())
 	cmd.Flags().IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the key slot the key opens as JSON on stdout")
 	return cmd
@@ -42,7 +43,7 @@ func runTestKey(g *globalOptions, o testKeyOptions, path string) error {
 		return err
 	}
 	defer f.Close()
-	key, err := readKey(g, o.key, passPrompt(path), false)
+	key, err := readKeyFor(g, e, o.key, path, passPrompt(path), o.keySlot)
 	if err != nil {
 		return err
 	}

@@ -365,7 +365,7 @@ func TestEnrollWipeSlot(t *testing.T) {
 	}{
 		{[]string{"--wipe-slot", "bogus"}, "not a slot number"},
 		{[]string{"--wipe-slot", "32"}, "out of range"},
-		{[]string{}, "needs --recovery-key, --tpm2-device-key or --wipe-slot"},
+		{[]string{}, "enroll needs --recovery-key, --tpm2-device-key, --tang-adv"},
 		{[]string{"--wipe-slot", "7"}, "key slot 7: key slot is not active"},
 		{[]string{"--wipe-slot", "7", "-d", key, "--recovery-key"}, "key slot 7: key slot is not active"},
 	} {

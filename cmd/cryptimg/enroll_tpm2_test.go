@@ -165,3 +165,46 @@ func TestEnrollTPM2Interop(t *testing.T) {
 		t.Errorf("systemd and the token under another TPM: %v\n%s", err, o)
 	}
 }
+
+// TestTPM2TokenUnlock: the commands that unlock take the key from a
+// systemd-tpm2 token through the TPM --tpm2-device names (swtpm here),
+// with the PIN from --tpm2-pin-file; without --tpm2-device, with the
+// wrong PIN, or with other PCR values sealed to, --token-only exits 2 and
+// says why.
+func TestTPM2TokenUnlock(t *testing.T) {
+	tp := swtpm.Start(t)
+	srk := tp.MakeSRK(t)
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	pin := writeFile(t, filepath.Join(dir, "pin"), "1234")
+	bad := writeFile(t, filepath.Join(dir, "bad"), "4321")
+	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
+	other := img + ".other"
+	copyFile(t, img, other)
+	zero := "15:sha256=" + strings.Repeat("00", 32)
+	mustRun(t, "enroll", "-d", key, "--tpm2-device-key", srk, "--tpm2-pcrs", zero, "--tpm2-with-pin", "--tpm2-pin-file", pin, img)
+	mustRun(t, "enroll", "-d", key, "--tpm2-device-key", srk, "--tpm2-pcrs", "15:sha256="+strings.Repeat("11", 32), other)
+
+	dev := tp.Device()
+	mustRun(t, "test-key", "--token-only", "--tpm2-device", dev, "--tpm2-pin-file", pin, img)
+	want := mustRun(t, "decrypt", "-d", key, img, "-").stdout
+	if got := mustRun(t, "decrypt", "--token-only", "--tpm2-device", dev, "--tpm2-pin-file", pin, img, "-").stdout; got != want {
+		t.Errorf("decrypt --token-only gave %d bytes unlike decrypt -d", len(got))
+	}
+	for _, c := range []struct {
+		img  string
+		args []string
+		why  string
+	}{
+		{img, nil, "TPM"},
+		{img, []string{"--tpm2-device", dev, "--tpm2-pin-file", bad}, "PIN"},
+		{other, []string{"--tpm2-device", dev}, "PCR"},
+	} {
+		r := cryptimg(t, "", append(append([]string{"test-key", "--token-only"}, c.args...), c.img)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.why) {
+			t.Errorf("test-key --token-only %v: exit %d, %q; want 2 naming the %s", c.args, r.code, r.stderr, c.why)
+		}
+	}
+	// Without --token-only the key file still unlocks when the token cannot.
+	mustRun(t, "test-key", "-d", key, other)
+}

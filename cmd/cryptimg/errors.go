@@ -41,6 +41,8 @@ func hint(err error) string {
 		return "pass --allow-null-cipher to use it anyway (anyone who can write the image could have written that part)"
 	case errors.Is(err, header.ErrNotAuthenticated):
 		return "verify is for images made with --integrity"
+	case errors.Is(err, image.ErrNoToken):
+		return "without --token-only the key file or the passphrase prompt follows the tokens"
 	case errors.Is(err, image.ErrNoTokens):
 		return "convert the header first: cryptimg convert --type luks2 IMAGE"
 	}
@@ -72,7 +74,8 @@ func exitCode(err error) int {
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
 	case errors.Is(err, header.ErrNoMatchingKeyslot),
-		errors.Is(err, image.ErrVolumeKeyMismatch):
+		errors.Is(err, image.ErrVolumeKeyMismatch),
+		errors.Is(err, image.ErrNoToken):
 		return exitNoKey
 	case errors.Is(err, image.ErrBusy),
 		errors.Is(err, filelock.ErrLocked),

@@ -173,7 +173,8 @@ func runDecryptInPlace(cmd *cobra.Command, g *globalOptions, o decryptOptions, p
 	} else if _, err := openWithHeader(f, hdr); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	key, err := readKey(g, o.key, "Enter passphrase for "+path+": ", false)
+	te, _ := openWithHeader(f, hdr) // tokens, when it opens (not while resuming)
+	key, err := readKeyFor(g, te, o.key, path, "Enter passphrase for "+path+": ", o.keySlot)
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,17 @@ type globalOptions struct {
 	// signal wait for the command to unwind instead of forcing an exit
 	// after a second; a second signal still forces it.
 	graceful atomic.Bool
+	// cmdCtx is the running command's context (cancelled by a signal),
+	// for library calls made below the command's run function.
+	cmdCtx context.Context
+}
+
+// ctx is the running command's context.
+func (g *globalOptions) ctx() context.Context {
+	if g.cmdCtx == nil {
+		return context.Background()
+	}
+	return g.cmdCtx
 }
 
 // validate checks the global flags before a command does anything.
@@ -147,6 +158,7 @@ type the passphrase at the terminal prompt.
 	f.IntVar(&g.chunk, "chunk-size", 0, "bytes read, transformed and written at a time, a multiple of "+strconv.Itoa(image.SectorSize)+" from 64 KiB to 64 MiB; memory is about (2 x jobs + 2) chunks (default 1 MiB)")
 	f.StringVar(&g.header, "header", "", "detached LUKS header file (as cryptsetup --header): the header and key slots are in FILE, the data in IMAGE; for encrypt, decrypt, ls, cat, open and the key and header commands")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		g.cmdCtx = cmd.Context()
 		if g.header != "" && !detachedCommands[cmd.Name()] {
 			return usagef("%s does not take --header", cmd.CommandPath())
 		}

@@ -23,6 +23,9 @@ type keyOptions struct {
 	keyfileOffset int64
 	keyfileSize   int64
 	newKey        bool // the --new-key-file flags, for messages
+	// tokens, when the command has the token flags, are tried first
+	// (unlockWithTokens).
+	tokens *tokenOptions
 }
 
 func (k *keyOptions) addFlags(cmd interface {
@@ -196,11 +199,19 @@ func checkKeySlot(slot int) error {
 	return nil
 }
 
-// unlockImage asks for a key with the key options (a key file, or the
-// terminal with prompt) and unlocks e with it: slot -1 tries every active
+// unlockImage unlocks e with a token when the key options' token flags
+// allow (unlockWithTokens), else asks for a key with the key options (a
+// key file, or the terminal with prompt) and unlocks e with it: slot -1 tries every active
 // slot. Errors name the image. The key read is freed; the caller clears
 // the returned Key.
 func unlockImage(g *globalOptions, e *image.Encrypted, k keyOptions, name, prompt string, slot int) (*image.Key, error) {
+	if tk, err := unlockWithTokens(g, e, k, name, slot); err != nil || tk != nil {
+		if err != nil {
+			return nil, err
+		}
+		clear(tk.Passphrase)
+		return tk.Key, nil
+	}
 	key, err := readKey(g, k, prompt, false)
 	if err != nil {
 		return nil, err

@@ -3,7 +3,8 @@
 // layout; header stores the token with its keyslot in one update.
 //
 // Token types so far: systemd-recovery (systemd's recovery key,
-// src/shared/recovery-key.c and src/cryptenroll/cryptenroll-recovery.c).
+// src/shared/recovery-key.c and src/cryptenroll/cryptenroll-recovery.c);
+// clevis's in the subpackage clevis.
 package token
 
 import (
@@ -25,7 +26,8 @@ var Types = map[string]string{
 // An Unsealer recovers the passphrase of a token's key slots from the
 // token's JSON, as the program that wrote the token does at unlock: clevis
 // asks a tang server, systemd-cryptsetup asks a TPM. It is registered by
-// token type (Unsealers). The caller clears the passphrase.
+// token type (the CLI's unsealerTypes; image.UnlockToken takes them by
+// type). The caller clears the passphrase.
 type Unsealer interface {
 	Unseal(ctx context.Context, tokenJSON []byte) ([]byte, error)
 }
