@@ -4,14 +4,15 @@ package header
 //
 // golang.org/x/crypto/argon2 allocates its whole memory with one make and
 // then fills it with one goroutine per lane. Left alone, the first touch
-// of that memory is slow in one of two ways, both measured on the 478 MiB
-// keyslot cryptsetup's --iter-time 1000 makes on a 2-core machine:
+// of that memory is slow in one of two ways, both measured on a keyslot
+// cryptsetup's --iter-time 1000 chose on a 2-core machine (4 passes over
+// 511522 KiB, 2 lanes):
 //
 //   - When the allocation overlaps heap pages used before (anything
 //     allocated and freed earlier in the process), the runtime clears the
 //     whole span before make returns, in the calling goroutine: every page
 //     faults in there, one after the other, before any lane starts (about
-//     0.2 s of CPU for 478 MiB, all of it on the critical path).
+//     0.2 s of CPU, all of it on the critical path).
 //   - On fresh pages, each lane's first pass XORs into its output block
 //     before writing it, so the first touch of a page is a read: the
 //     kernel maps the shared zero page, then the write faults again and
@@ -22,13 +23,16 @@ package header
 // readyArgon2Memory avoids both: it returns the free heap to the OS, so
 // that a buffer of the KDF's size comes from pages the runtime knows are
 // zero (no clearing), writes one byte of each page from one goroutine a
-// lane (one fault a page, spread over the CPUs, as cryptsetup's own
-// first pass takes them), and frees it with a collection. The KDF's
-// make, the next allocation of that size, then takes the same pages: the
-// page allocator gives the lowest free run that fits, and nothing else is
-// large enough. The runtime clears them again, now without a fault (about
-// 25 ms for 478 MiB). Peak memory stays one copy: the buffer is collected
-// before the KDF allocates.
+// lane or a CPU, whichever are more (one fault a page, spread over the
+// CPUs; cryptsetup's lanes take the same faults in their first pass), and
+// frees it with a collection. The KDF's make, the next allocation of that
+// size, then takes the same pages: the page allocator gives the lowest
+// free run that fits, and nothing else is large enough. The runtime clears
+// them again, now without a fault (about 25 ms for 500 MiB). Peak memory
+// stays one copy: the buffer is collected before the KDF allocates. The
+// runtime's background scavenger may return a few of the freed pages to
+// the OS before the make (a few thousand pages a second); those fault
+// again, in the clearing.
 
 import (
 	"os"
@@ -59,7 +63,9 @@ func argon2Key(kind string, passphrase, salt []byte, passes, memory, threads, ke
 // threads lanes faulted in and free in the heap (see the top of the file).
 func readyArgon2Memory(memory, threads uint32) {
 	debug.FreeOSMemory()
-	touchPages(argon2Bytes(memory, threads), int(max(threads, 1)))
+	// One goroutine a lane at least, as the lanes would take the faults;
+	// more where there are more CPUs, which the KDF's lanes cannot use.
+	touchPages(argon2Bytes(memory, threads), max(int(threads), min(runtime.GOMAXPROCS(0), 16), 1))
 	runtime.GC() // the buffer is dead: this frees its span
 }
 
