@@ -78,5 +78,13 @@ fb "2. verify -j 2, new vs old" "./cryptimg-old verify --quiet -d key -j 2 hmac.
 D="./cryptimg decrypt --quiet -d key"
 fb "3. decrypt -j 2 IMG - >/dev/null vs cat (target <= 1.0)" "sh -c 'exec cat xts.luks >/dev/null'" sh -c "exec $D -j 2 xts.luks - >/dev/null"
 fb "3. decrypt -j 2 to /dev/null, new vs old" "sh -c 'exec ./cryptimg-old decrypt --quiet -d key -j 2 xts.luks - >/dev/null'" sh -c "exec $D -j 2 xts.luks - >/dev/null"
+# Diagnostics for 2 and 3: one spare P (GOMAXPROCS = jobs + 1). With as
+# many Ps as workers, the runtime's sysmon takes a worker's P while it is
+# in pread (about 200 hand-offs per 512 MiB) and starts a spinning thread
+# for it; with a spare P it does not (about 20). A gain here on an idle
+# machine, where SCHED_FIFO runs show none (FIFO starves sysmon), says
+# the rest of the gap is the scheduler, not the pipeline.
+fb "diag: verify -j 2, GOMAXPROCS=3 vs 2" "env GOMAXPROCS=2 $V -j 2 hmac.luks" env GOMAXPROCS=3 $V -j 2 hmac.luks
+fb "diag: decrypt -j 2 to /dev/null, GOMAXPROCS=3 vs 2" "sh -c 'GOMAXPROCS=2 exec $D -j 2 xts.luks - >/dev/null'" sh -c "GOMAXPROCS=3 exec $D -j 2 xts.luks - >/dev/null"
 echo "## summary ($(nproc) CPUs, load average before: $load${rt:+, SCHED_FIFO})"
 printf '%s\n' "${summary[@]}"
