@@ -12,7 +12,6 @@ import (
 	"slices"
 
 	"github.com/cryptimg/cryptimg/header/cipher"
-	"golang.org/x/crypto/argon2"
 )
 
 // priority is a keyslot's priority: 0 ignore (tried only when named), 1
@@ -29,10 +28,8 @@ func (k *Keyslot) derive(passphrase []byte) ([]byte, error) {
 	switch k.KDF.Type {
 	case "pbkdf2":
 		return deriveKey(k.KDF.Hash, passphrase, k.KDF.Salt, k.KDF.Iterations, k.Area.KeySize)
-	case "argon2i":
-		return argon2.Key(passphrase, k.KDF.Salt, k.KDF.Time, k.KDF.Memory, uint8(k.KDF.CPUs), uint32(k.Area.KeySize)), nil
-	case "argon2id":
-		return argon2.IDKey(passphrase, k.KDF.Salt, k.KDF.Time, k.KDF.Memory, uint8(k.KDF.CPUs), uint32(k.Area.KeySize)), nil
+	case "argon2i", "argon2id":
+		return argon2Key(k.KDF.Type, passphrase, k.KDF.Salt, k.KDF.Time, k.KDF.Memory, k.KDF.CPUs, uint32(k.Area.KeySize)), nil
 	}
 	return nil, fmt.Errorf("unsupported kdf %q", k.KDF.Type)
 }
