@@ -339,21 +339,28 @@ func TestSuperblock(t *testing.T) {
 	}
 }
 
-// BenchmarkDigests hashes 4096-byte data blocks with a 32-byte salt, on
-// the multi-buffer path and on crypto/sha256.
+// BenchmarkDigests hashes 4096-byte data blocks with a 32-byte salt on
+// each multi-buffer implementation and on crypto/sha256 (stdlib).
 func BenchmarkDigests(b *testing.B) {
 	p := Params{HashType: 1, Hash: "sha256", DataBlockSize: 4096, HashBlockSize: 4096, Salt: make([]byte, 32)}
 	msgs := make([]byte, 256*4096)
 	out := make([]byte, 256*32)
-	for _, multi := range []bool{true, false} {
-		b.Run(fmt.Sprintf("multi=%v", multi), func(b *testing.B) {
-			useMultiSHA256 = multi
-			defer func() { useMultiSHA256 = true }()
-			hs := newHasher(&p)
+	for _, impl := range asm.SHA256Implementations() {
+		b.Run(impl.Name, func(b *testing.B) {
+			m := newMultiSHA256(impl, p.Salt)
 			b.SetBytes(int64(len(msgs)))
 			for b.Loop() {
-				hs.digests(out, 32, msgs, 4096)
+				m.digests(out, 32, msgs, 4096)
 			}
 		})
 	}
+	b.Run("stdlib", func(b *testing.B) {
+		useMultiSHA256 = false
+		defer func() { useMultiSHA256 = true }()
+		hs := newHasher(&p)
+		b.SetBytes(int64(len(msgs)))
+		for b.Loop() {
+			hs.digests(out, 32, msgs, 4096)
+		}
+	})
 }
