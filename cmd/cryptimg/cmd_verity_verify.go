@@ -83,12 +83,15 @@ func runVerityVerify(cmd *cobra.Command, g *globalOptions, o *verityOptions, arg
 	} else if p, err = verity.ReadSuperblock(hash, o.hashOffset); err != nil {
 		return fmt.Errorf("%s: %w", hashPath, err)
 	}
-	size, err := statSize(data)
-	if err != nil {
-		return err
-	}
-	if err := p.SetDataSize(size); err != nil {
-		return fmt.Errorf("%s: %w", dataPath, err)
+	if p.DataBlocks == 0 {
+		// --no-superblock without --data-blocks: all of DATA, as format.
+		size, err := statSize(data)
+		if err != nil {
+			return err
+		}
+		if err := p.SetDataSize(size); err != nil {
+			return fmt.Errorf("%s: %w", dataPath, err)
+		}
 	}
 	geo, err := p.Geometry()
 	if err != nil {
@@ -96,7 +99,8 @@ func runVerityVerify(cmd *cobra.Command, g *globalOptions, o *verityOptions, arg
 	}
 	if err := verity.Verify(cmd.Context(), data, hash, p, root, verity.Options{}); err != nil {
 		var ce *verity.CorruptError
-		if errors.As(err, &ce) && ce.Level < 0 {
+		var se *verity.SizeError
+		if errors.As(err, &ce) && ce.Level < 0 || errors.As(err, &se) && se.Data {
 			return fmt.Errorf("%s: %w", dataPath, err)
 		}
 		return fmt.Errorf("%s: %w", hashPath, err)

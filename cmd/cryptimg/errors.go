@@ -105,6 +105,7 @@ func exitCode(err error) int {
 		errors.Is(err, qcow2.ErrCorrupt),
 		errors.Is(err, verity.ErrCorrupt),
 		errors.Is(err, verity.ErrNoSuperblock),
+		errors.Is(err, verity.ErrTruncated),
 		errors.Is(err, verity.ErrSuperblock):
 		return exitBadImage
 	case errors.As(err, &ue):

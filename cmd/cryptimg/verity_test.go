@@ -147,6 +147,24 @@ func TestVerityVerifyInterop(t *testing.T) {
 			t.Errorf("veritysetup verify %s %s accepted it", c.data, c.hash)
 		}
 	}
+	// Truncated: the data, and the hash device, shorter than the tree.
+	b, _ := os.ReadFile(data)
+	shortData := writeFile(t, data+".short", string(b[:299*4096]))
+	b, _ = os.ReadFile(ours)
+	shortHash := writeFile(t, ours+".short", string(b[:len(b)-1]))
+	for _, c := range []struct{ data, hash, says string }{
+		{shortData, ours, shortData + ": dm-verity device too small: the data has 1224704 bytes, the tree needs 1228800"},
+		{data, shortHash, shortHash + ": dm-verity device too small: the hash device has 20479 bytes, the tree needs 20480"},
+	} {
+		r := cryptimg(t, "", "verity", "verify", c.data, c.hash, j.RootHash)
+		if r.code != exitBadImage || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("cryptimg verify %s %s: exit %d, %q; want 4 and %q", c.data, c.hash, r.code, r.stderr, c.says)
+		}
+		if _, code := veritysetup(t, "verify", c.data, c.hash, j.RootHash); code == 0 {
+			t.Errorf("veritysetup verify %s %s accepted it", c.data, c.hash)
+		}
+	}
+
 	// A tree without a superblock: the parameters come from the flags.
 	nosb := filepath.Join(dir, "nosb.verity")
 	mustRun(t, "verity", "format", data, nosb, "--no-superblock", "--salt", veritySalt, "--hash-block-size", "1024", "--root-hash-file", rootFile)

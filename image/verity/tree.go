@@ -257,6 +257,12 @@ func Verify(ctx context.Context, data, hash io.ReaderAt, p Params, root []byte, 
 	}
 	hbs := int64(p.HashBlockSize)
 	dbs := int64(p.DataBlockSize)
+	if err := checkSize(data, true, int64(p.DataBlocks)*dbs); err != nil {
+		return err
+	}
+	if err := checkSize(hash, false, g.End(p.HashBlockSize)); err != nil {
+		return err
+	}
 	L := len(g.Levels)
 	if L == 0 {
 		sum, err := hashOne(data, 0, p.DataBlockSize, &p)
@@ -344,6 +350,45 @@ func Verify(ctx context.Context, data, hash io.ReaderAt, p Params, root []byte, 
 			return ce
 		}
 		return err
+	}
+	return nil
+}
+
+// SizeError is a data or hash device shorter than the tree needs. It
+// matches ErrTruncated.
+type SizeError struct {
+	Data       bool // the data; else the hash device
+	Size, Need int64
+}
+
+func (e *SizeError) Error() string {
+	what := "hash device"
+	if e.Data {
+		what = "data"
+	}
+	return fmt.Sprintf("%v: the %s has %d bytes, the tree needs %d", ErrTruncated, what, e.Size, e.Need)
+}
+
+func (e *SizeError) Unwrap() error { return ErrTruncated }
+
+// checkSize returns a *SizeError if r, when it can tell its size (an
+// *os.File, a *bytes.Reader), is shorter than need bytes.
+func checkSize(r io.ReaderAt, data bool, need int64) error {
+	var size int64
+	switch r := r.(type) {
+	case interface{ Stat() (os.FileInfo, error) }:
+		st, err := r.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			return err
+		}
+		size = st.Size()
+	case interface{ Size() int64 }:
+		size = r.Size()
+	default:
+		return nil
+	}
+	if size < need {
+		return &SizeError{Data: data, Size: size, Need: need}
 	}
 	return nil
 }

@@ -33,6 +33,9 @@ var (
 	// ErrNoSuperblock: the hash file holds no veritysetup superblock at
 	// the offset given.
 	ErrNoSuperblock = errors.New("not a dm-verity hash device (no superblock)")
+	// ErrTruncated: the data or the hash device ends before the blocks
+	// the tree covers or holds.
+	ErrTruncated = errors.New("dm-verity device too small")
 	// ErrSuperblock: a superblock whose fields veritysetup refuses.
 	ErrSuperblock = errors.New("invalid dm-verity superblock")
 	// ErrInvalid: parameters that veritysetup refuses.

@@ -295,6 +295,13 @@ func TestVerifyNamesFirstBadBlock(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", c.name, *ce, c.want)
 		}
 	}
+	// Short files: the data, the hash device.
+	if err := Verify(context.Background(), bytes.NewReader(data[:len(data)-1]), bytes.NewReader(hash), p, root, Options{}); !errors.Is(err, ErrTruncated) {
+		t.Errorf("short data: %v, want ErrTruncated", err)
+	}
+	if err := Verify(context.Background(), bytes.NewReader(data), bytes.NewReader(hash[:len(hash)-512]), p, root, Options{}); !errors.Is(err, ErrTruncated) {
+		t.Errorf("short hash device: %v, want ErrTruncated", err)
+	}
 	// One data block: no tree, the block against the root.
 	p.DataBlocks = 1
 	one := data[:512]
