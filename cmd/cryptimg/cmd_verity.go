@@ -38,8 +38,19 @@ same salt and UUID.
 		Example: `  cryptimg verity format root.img root.verity
   cryptimg verity verify root.img root.verity $(cat root.hash)`,
 	}
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 	cmd.AddCommand(newVerityFormatCommand(g), newVerityVerifyCommand(g), newVerityDumpCommand(g))
 	return cmd
+}
+
+// verityRun is the library's options from the global flags: --jobs.
+func verityRun(g *globalOptions) verity.Options {
+	jobs := g.jobs
+	if jobs == 0 {
+		jobs = defaultJobs()
+	}
+	return verity.Options{Jobs: jobs}
 }
 
 // addTreeFlags adds the flags that give a tree's parameters.

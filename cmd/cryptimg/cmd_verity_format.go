@@ -64,7 +64,7 @@ func runVerityFormat(cmd *cobra.Command, g *globalOptions, o *verityOptions, dat
 	if err != nil {
 		return usagef("%w", err)
 	}
-	root, err := verity.Format(cmd.Context(), data, hash, p, verity.Options{})
+	root, err := verity.Format(cmd.Context(), data, hash, p, verityRun(g))
 	if err != nil {
 		return fmt.Errorf("%s: %w", hashPath, err)
 	}
@@ -94,6 +94,8 @@ func runVerityFormat(cmd *cobra.Command, g *globalOptions, o *verityOptions, dat
 	if o.json {
 		return json.NewEncoder(g.stdout).Encode(newVerityJSON(dataPath, hashPath, &p, &geo, root))
 	}
-	printVerityHeader(g.stdout, hashPath, &p, &geo, root)
+	if !g.quiet {
+		printVerityHeader(g.stdout, hashPath, &p, &geo, root)
+	}
 	return nil
 }

@@ -97,7 +97,7 @@ func runVerityVerify(cmd *cobra.Command, g *globalOptions, o *verityOptions, arg
 	if err != nil {
 		return err
 	}
-	if err := verity.Verify(cmd.Context(), data, hash, p, root, verity.Options{}); err != nil {
+	if err := verity.Verify(cmd.Context(), data, hash, p, root, verityRun(g)); err != nil {
 		var ce *verity.CorruptError
 		var se *verity.SizeError
 		if errors.As(err, &ce) && ce.Level < 0 || errors.As(err, &se) && se.Data {

@@ -213,3 +213,37 @@ func TestVerityDumpMatchesVeritysetup(t *testing.T) {
 		t.Fatalf("dump of data: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// TestVerityUsage: what veritysetup refuses is exit 1 with the reason, and
+// nothing is written; --quiet keeps format's report off stdout.
+func TestVerityUsage(t *testing.T) {
+	dir := t.TempDir()
+	data := randomFile(t, dir, "data", 64<<10)
+	hash := filepath.Join(dir, "hash")
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"verity", "bogus"}, `unknown command "bogus"`},
+		{[]string{"verity", "format", data, hash, "--uuid", "12345678-9abc"}, "UUID"},
+		{[]string{"verity", "format", data, hash, "--salt", "xyz"}, "not hex"},
+		{[]string{"verity", "format", data, hash, "--salt", strings.Repeat("00", 257)}, "salt of 257 bytes"},
+		{[]string{"verity", "format", data, hash, "--data-block-size", "256"}, "block size 256"},
+		{[]string{"verity", "format", data, hash, "--hash", "md5"}, `hash "md5"`},
+		{[]string{"verity", "format", data, hash, "--hash-offset", "100"}, "hash offset 100"},
+		{[]string{"verity", "format", data, hash, "--data-blocks", "17"}, "17 data blocks of 4096 bytes do not fit"},
+		{[]string{"verity", "verify", data, hash}, "give the root hash"},
+	} {
+		r := cryptimg(t, "", c.args...)
+		if r.code != exitFailure || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("%v: exit %d, %q; want 1 and %q", c.args, r.code, r.stderr, c.says)
+		}
+		noFile(t, hash)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
+	}
+	if r := mustRun(t, "--quiet", "verity", "format", data, hash); r.stdout != "" {
+		t.Errorf("--quiet printed %q", r.stdout)
+	}
+}
