@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/image/filelock"
 )
 
 const (
@@ -246,4 +248,45 @@ func TestVerityUsage(t *testing.T) {
 	if r := mustRun(t, "--quiet", "verity", "format", data, hash); r.stdout != "" {
 		t.Errorf("--quiet printed %q", r.stdout)
 	}
+}
+
+// TestVerityLocks: format writes an existing HASH under an exclusive lock
+// and reads DATA under a shared one; verify and dump only read.
+func TestVerityLocks(t *testing.T) {
+	dir := t.TempDir()
+	data := randomFile(t, dir, "data", 64<<10)
+	hash := filepath.Join(dir, "hash")
+	r := mustRun(t, "verity", "format", data, hash, "--json")
+	var j verityJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatal(err)
+	}
+	before := fileSHA(t, hash)
+	for _, c := range []struct {
+		file string
+		held filelock.Mode
+		args []string
+	}{
+		{hash, filelock.Shared, []string{"verity", "format", data, hash}},
+		{data, filelock.Exclusive, []string{"verity", "format", data, hash}},
+		{data, filelock.Exclusive, []string{"verity", "format", data, filepath.Join(dir, "new")}},
+		{data, filelock.Exclusive, []string{"verity", "verify", data, hash, j.RootHash}},
+		{hash, filelock.Exclusive, []string{"verity", "verify", data, hash, j.RootHash}},
+		{hash, filelock.Exclusive, []string{"verity", "dump", hash}},
+	} {
+		release := holdLock(t, c.file, c.held)
+		r := cryptimg(t, "", c.args...)
+		release()
+		how := map[filelock.Mode]string{filelock.Shared: "read-only", filelock.Exclusive: "read-write"}[c.held]
+		wantBusy(t, r, c.file, how, os.Getpid(), "cryptimg.test)")
+	}
+	if fileSHA(t, hash) != before {
+		t.Error("a locked hash file changed")
+	}
+	noFile(t, filepath.Join(dir, "new"))
+	// Readers share.
+	release := holdLock(t, data, filelock.Shared)
+	defer release()
+	mustRun(t, "verity", "verify", data, hash, j.RootHash)
+	mustRun(t, "verity", "format", data, filepath.Join(dir, "new"))
 }
