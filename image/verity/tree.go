@@ -219,7 +219,21 @@ func hashLevel(ctx context.Context, src io.ReaderAt, srcOff int64, bs int, count
 		}
 		return nil
 	}
-	ext := []sectors.Extent{{SrcOffset: srcOff, Length: int64(count) * int64(bs)}}
+	return runChunks(ctx, src, srcOff, bs, count, g, o, t)
+}
+
+// runChunks runs t over count blocks of bs bytes at srcOff of src, in
+// chunks of whole hash blocks' worth: over a mapping of the data file
+// where there is one (runMapped), else through sectors.Run.
+func runChunks(ctx context.Context, src io.ReaderAt, srcOff int64, bs int, count uint64, g *Geometry, o Options, t sectors.Transform) error {
+	size := int64(count) * int64(bs)
+	if srcOff == 0 {
+		if m, unmap, ok := mapData(src, size); ok {
+			defer unmap()
+			return runMapped(ctx, m, chunkSize(g, bs), o.Jobs, t)
+		}
+	}
+	ext := []sectors.Extent{{SrcOffset: srcOff, Length: size}}
 	so := sectors.Options{Jobs: o.Jobs, ChunkSize: chunkSize(g, bs), SectorSize: bs, Unordered: true, Progress: o.Progress}
 	return sectors.Run(ctx, discard{}, src, ext, t, so)
 }
@@ -341,9 +355,7 @@ func Verify(ctx context.Context, data, hash io.ReaderAt, p Params, root []byte, 
 		}
 		return nil
 	}
-	ext := []sectors.Extent{{Length: int64(p.DataBlocks) * dbs}}
-	so := sectors.Options{Jobs: o.Jobs, ChunkSize: chunkSize(&g, int(dbs)), SectorSize: int(dbs), Unordered: true, Progress: o.Progress}
-	if err := sectors.Run(ctx, discard{}, data, ext, t, so); err != nil {
+	if err := runChunks(ctx, data, 0, int(dbs), p.DataBlocks, &g, o, t); err != nil {
 		// The block names itself; the chunk's IV sector would only confuse.
 		var ce *CorruptError
 		if errors.As(err, &ce) {
