@@ -18,7 +18,9 @@ import (
 // The error of the lowest chunk wins, as in sectors.Run; chunks after a
 // failed one are skipped. A page of m that can no longer be read (the file
 // was truncated meanwhile: SIGBUS) is an *sectors.IOError, not a crash.
-func runMapped(ctx context.Context, m []byte, chunk, jobs int, t sectors.Transform) error {
+// progress, if not nil, gets the bytes done after each chunk, one call at
+// a time.
+func runMapped(ctx context.Context, m []byte, chunk, jobs int, t sectors.Transform, progress func(done int64)) error {
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
@@ -28,6 +30,7 @@ func runMapped(ctx context.Context, m []byte, chunk, jobs int, t sectors.Transfo
 		mu       sync.Mutex
 		firstBad = n
 		firstErr error
+		done     int64
 		wg       sync.WaitGroup
 	)
 	fail := func(c int, err error) {
@@ -70,6 +73,13 @@ func runMapped(ctx context.Context, m []byte, chunk, jobs int, t sectors.Transfo
 			b := m[c*chunk : min((c+1)*chunk, len(m))]
 			if err := t(nil, b, uint64(c)*uint64(chunk)/sectors.UnitSize); err != nil {
 				fail(c, err)
+				continue
+			}
+			if progress != nil {
+				mu.Lock()
+				done += int64(len(b))
+				progress(done)
+				mu.Unlock()
 			}
 		}
 	}

@@ -40,7 +40,7 @@ func TestMappedShrunkFile(t *testing.T) {
 		}
 		sum.Add(s)
 		return nil
-	})
+	}, nil)
 	var ioe *sectors.IOError
 	if !errors.As(err, &ioe) || ioe.Offset != 1<<20 {
 		t.Fatalf("got %v, want a read error at the second chunk", err)

@@ -16,7 +16,9 @@ import (
 type Options struct {
 	// Jobs is the number of hashing workers; 0 means runtime.GOMAXPROCS(0).
 	Jobs int
-	// Progress, if not nil, is called with the data bytes hashed so far.
+	// Progress, if not nil, is called with the data bytes hashed so far
+	// as chunks finish, one call at a time (a tree of one data block has
+	// no chunks).
 	Progress func(done int64)
 }
 
@@ -199,7 +201,7 @@ func chunkSize(g *Geometry, bs int) int {
 }
 
 // hashLevel hashes count blocks of bs bytes at srcOff of src into the hash
-// blocks at dstOff of dst, in parallel (sectors.Run over the input, each
+// blocks at dstOff of dst, in parallel (runChunks over the input, each
 // chunk whole hash blocks, written by the worker that made them).
 func hashLevel(ctx context.Context, src io.ReaderAt, srcOff int64, bs int, count uint64, dst io.WriterAt, dstOff int64, p *Params, g *Geometry, o Options) error {
 	pool := newPool(p)
@@ -224,13 +226,15 @@ func hashLevel(ctx context.Context, src io.ReaderAt, srcOff int64, bs int, count
 
 // runChunks runs t over count blocks of bs bytes at srcOff of src, in
 // chunks of whole hash blocks' worth: over a mapping of the data file
-// where there is one (runMapped), else through sectors.Run.
+// where there is one (runMapped; only the data starts at offset 0, the
+// levels of the tree come after their superblock or the level above),
+// else through sectors.Run.
 func runChunks(ctx context.Context, src io.ReaderAt, srcOff int64, bs int, count uint64, g *Geometry, o Options, t sectors.Transform) error {
 	size := int64(count) * int64(bs)
 	if srcOff == 0 {
 		if m, unmap, ok := mapData(src, size); ok {
 			defer unmap()
-			return runMapped(ctx, m, chunkSize(g, bs), o.Jobs, t)
+			return runMapped(ctx, m, chunkSize(g, bs), o.Jobs, t, o.Progress)
 		}
 	}
 	ext := []sectors.Extent{{SrcOffset: srcOff, Length: size}}

@@ -207,7 +207,8 @@ func TestFormatModel(t *testing.T) {
 				defer f.Close()
 				src = f
 			}
-			root, err := Format(context.Background(), src, hf, p, Options{Jobs: jobs})
+			var done int64
+			root, err := Format(context.Background(), src, hf, p, Options{Jobs: jobs, Progress: func(n int64) { done = n }})
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -215,6 +216,9 @@ func TestFormatModel(t *testing.T) {
 			hf.Close()
 			if !bytes.Equal(root, wantRoot) {
 				t.Errorf("%s, %d jobs: root %x, want %x", tc.name, jobs, root, wantRoot)
+			}
+			if n := int64(p.DataBlocks) * int64(p.DataBlockSize); done != n && p.DataBlocks > 1 {
+				t.Errorf("%s, %d jobs: progress ended at %d bytes, want %d", tc.name, jobs, done, n)
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("%s, %d jobs: hash file differs from the model (%d and %d bytes)", tc.name, jobs, len(got), len(want))
