@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v cryptsetup >/dev/null || need+=(cryptsetup-bin)
+command -v veritysetup >/dev/null || need+=(cryptsetup-bin)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 command -v sfdisk >/dev/null || need+=(fdisk)

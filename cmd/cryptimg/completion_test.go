@@ -73,8 +73,11 @@ func TestCompletionNamesTheCommands(t *testing.T) {
 			t.Errorf("completing an empty word offers the hidden %q", hidden)
 		}
 	}
-	if got := completions(t, "ver"); !slices.Equal(got, []string{"verify", "version"}) {
-		t.Errorf("completing ver: %q, want verify and version", got)
+	if got := completions(t, "ver"); !slices.Equal(got, []string{"verify", "verity", "version"}) {
+		t.Errorf("completing ver: %q, want verify, verity and version", got)
+	}
+	if got := completions(t, "verity", ""); !slices.Equal(got, []string{"dump", "format", "verify"}) {
+		t.Errorf("completing verity's subcommand: %q, want dump, format and verify", got)
 	}
 	if got := completions(t, "completion", ""); !slices.Equal(got, []string{"bash", "zsh", "fish", "powershell"}) {
 		t.Errorf("completing completion's argument: %q", got)
@@ -190,8 +193,8 @@ printf '%s\n' "${COMPREPLY[@]}"
 	if got := press("cryptimg", "reen"); !slices.Equal(got, []string{"reencrypt"}) {
 		t.Errorf("cryptimg reen<Tab>: %q, want reencrypt", got)
 	}
-	if got := press("cryptimg", "ver"); !slices.Equal(got, []string{"verify", "version"}) {
-		t.Errorf("cryptimg ver<Tab>: %q, want verify and version", got)
+	if got := press("cryptimg", "ver"); !slices.Equal(got, []string{"verify", "verity", "version"}) {
+		t.Errorf("cryptimg ver<Tab>: %q, want verify, verity and version", got)
 	}
 	if got := press("cryptimg", "completion", "f"); !slices.Equal(got, []string{"fish"}) {
 		t.Errorf("cryptimg completion f<Tab>: %q, want fish", got)

@@ -10,6 +10,7 @@ import (
 	"github.com/cryptimg/cryptimg/image/filelock"
 	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
+	"github.com/cryptimg/cryptimg/image/verity"
 )
 
 // hint is what the CLI adds to a library error: the flag or command that
@@ -104,7 +105,11 @@ func exitCode(err error) int {
 		errors.Is(err, integrity.ErrMismatch),
 		errors.Is(err, integrity.ErrJournal),
 		errors.Is(err, integrity.ErrUnsupported),
-		errors.Is(err, qcow2.ErrCorrupt):
+		errors.Is(err, qcow2.ErrCorrupt),
+		errors.Is(err, verity.ErrCorrupt),
+		errors.Is(err, verity.ErrNoSuperblock),
+		errors.Is(err, verity.ErrTruncated),
+		errors.Is(err, verity.ErrSuperblock):
 		return exitBadImage
 	case errors.As(err, &ue):
 		return exitFailure

@@ -9,11 +9,14 @@ import "testing"
 // --partition (LUKS1, LUKS2, and through a qcow2 output), opens and reads
 // its old data while partitions 1 and 3 are unchanged (kernelMBRChecks);
 // images made by create and written on the host, and clones with new or
-// derived keys, open and read back (kernelCreateCloneChecks).
+// derived keys, open and read back (kernelCreateCloneChecks); veritysetup
+// open maps data through cryptimg's verity trees and fails the read of a
+// changed block (kernelVerityChecks).
 func TestKernelPipelines(t *testing.T) {
 	o := newOracle(t)
 	kernelResizeChecks(t, o, t.TempDir())
 	kernelMBRChecks(t, o, t.TempDir())
 	kernelCreateCloneChecks(t, o, t.TempDir())
+	kernelVerityChecks(t, o, t.TempDir())
 	o.run()
 }

@@ -194,6 +194,7 @@ type the passphrase at the terminal prompt.
 		newCreateCommand(g),
 		newEraseCommand(g),
 		newResizeCommand(g),
+		newVerityCommand(g),
 		newCompletionCommand(g),
 		newManCommand(g),
 	)

@@ -1,7 +1,7 @@
 // Package kernel is cryptimg's oracle of record: it boots the real Linux
 // kernel under qemu-system-x86_64 (software emulation, no KVM or root needed)
-// with a small initramfs holding busybox, cryptsetup, dmsetup and the
-// dm-crypt, dm-integrity and crypto modules, attaches image files as virtio
+// with a small initramfs holding busybox, cryptsetup, veritysetup, dmsetup
+// and the dm-crypt, dm-integrity, dm-verity and crypto modules, attaches image files as virtio
 // disks and runs a shell job against them. What the kernel's dm-crypt reads
 // from, or writes to, those files is what every other implementation has to
 // agree with.
@@ -47,7 +47,7 @@ import (
 // sha256, aes) need nothing.
 var modules = []string{
 	"virtio_pci", "virtio_blk",
-	"dm_mod", "dm_crypt", "dm_integrity",
+	"dm_mod", "dm_crypt", "dm_integrity", "dm_verity",
 	"essiv", "xts", "aesni_intel", "sha256_ssse3",
 	// The authenticated modes of LUKS2 --integrity: authenc (hmac with
 	// cbc or xts) and gcm; algif_aead lets cryptsetup format aes-gcm-random.
@@ -57,7 +57,7 @@ var modules = []string{
 }
 
 // Tools copied into the initramfs with the shared libraries ldd names.
-var tools = map[string]string{"cryptsetup": "/sbin/cryptsetup", "dmsetup": "/sbin/dmsetup"}
+var tools = map[string]string{"cryptsetup": "/sbin/cryptsetup", "dmsetup": "/sbin/dmsetup", "veritysetup": "/sbin/veritysetup"}
 
 // MaxDisks is how many image files one boot attaches. One more virtio disk
 // carries the job's output back.

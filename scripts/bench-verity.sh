@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# dm-verity benchmark: cryptimg verity format and verify against
+# veritysetup format and verify (cryptsetup 2.6.1 here) of the same data,
+# with the same salt and UUID, on tmpfs, in interleaved rounds. Prints a
+# Markdown table of medians (wall, user+sys CPU, CPU/wall: how many cores
+# it kept busy) and the wall-time ratio cryptimg/veritysetup. The issue's
+# target is format at <= 0.33x veritysetup's wall time, on both cores.
+#
+#   scripts/bench-verity.sh [SIZE_MIB] [ROUNDS]     (default 1024 MiB, 7 rounds)
+#   BENCH_DIR=/dev/shm/elsewhere scripts/bench-verity.sh
+#
+# Each round runs every job once in the same order, so that load from other
+# processes falls on all of them alike. The hash files of the two formats
+# are compared once: they must be the same bytes.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+size_mib=${1:-1024}
+rounds=${2:-7}
+if [ -n "${BENCH_DIR:-}" ]; then
+  dir=$BENCH_DIR; rm -rf "$dir"; mkdir -p "$dir"
+else
+  dir=$(mktemp -d /dev/shm/cryptimg-bench-verity.XXXXXX)
+fi
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+
+command -v veritysetup >/dev/null || { echo "veritysetup is missing (Debian: cryptsetup-bin)" >&2; exit 1; }
+go build -C "$root" -o "$dir/cryptimg" ./cmd/cryptimg
+head -c $((size_mib << 20)) /dev/urandom > data
+salt=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+uuid=12345678-9abc-4ef0-9234-56789abcdef0
+p=(--salt "$salt" --uuid "$uuid")
+
+veritysetup format data vs.hash "${p[@]}" > vs.out
+./cryptimg verity format data ci.hash "${p[@]}" > ci.out
+cmp vs.hash ci.hash || { echo "the hash files differ" >&2; exit 1; }
+roothash=$(awk '/^Root hash:/ {print $3}' vs.out)
+
+# measure NAME CMD...: appends "wall user sys" to NAME.times.
+measure() {
+  local name=$1; shift
+  rm -f out.hash
+  if ! /usr/bin/time -f '%e %U %S' -o t.$$ "$@" >/dev/null 2>err.$$; then
+    echo "$name failed:" >&2; cat err.$$ >&2; exit 1
+  fi
+  cat t.$$ >> "$name.times"
+}
+
+jobs=(veritysetup-format cryptimg-format veritysetup-verify cryptimg-verify)
+for ((r = 1; r <= rounds; r++)); do
+  measure veritysetup-format veritysetup format data out.hash "${p[@]}"
+  measure cryptimg-format ./cryptimg verity format data out.hash "${p[@]}"
+  measure veritysetup-verify veritysetup verify data vs.hash "$roothash"
+  measure cryptimg-verify ./cryptimg verity verify data ci.hash "$roothash"
+done
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+wall() { awk '{print $1}' "$1.times" | median; }
+cpu() { awk '{print $2 + $3}' "$1.times" | median; }
+
+echo "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $size_mib MiB, $rounds rounds, $(veritysetup --version | cut -d' ' -f1-2)"
+echo
+echo "| job | wall s (median) | user+sys s | CPU/wall | wall vs veritysetup |"
+echo "|---|---:|---:|---:|---:|"
+for j in "${jobs[@]}"; do
+  w=$(wall "$j"); c=$(cpu "$j")
+  base=$(wall "veritysetup-${j#*-}")
+  awk -v j="$j" -v w="$w" -v c="$c" -v b="$base" 'BEGIN {printf "| %s | %.3f | %.3f | %.2f | %.2fx |\n", j, w, c, c / w, w / b}'
+done
