@@ -521,8 +521,8 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	if err != nil {
 		return nil, err
 	}
-	if isQcow2(img) {
-		return nil, ErrInPlaceQcow2
+	if err := refuseQcow2(img); err != nil {
+		return nil, err
 	}
 	h, err := header.Read(img, 0, size)
 	if err != nil {

@@ -478,14 +478,14 @@ func loadJournal(img File, js JournalStore, removeStale bool) (*journal, error) 
 // imageMarked reports whether the image has a marked header (LUKS\xde\xad,
 // or LUKS2's busy requirement) at the start or, for qcow2, in its LUKS area.
 func imageMarked(img File) (bool, error) {
-	size, err := storageSize(img)
+	loc, err := locateLUKS(img)
+	if errors.Is(err, ErrNotEncrypted) {
+		return false, nil // a plain qcow2 cannot be mid-operation
+	}
 	if err != nil {
 		return false, err
 	}
-	if m, err := header.Marked(img, 0, size); m || err != nil {
-		return m, err
-	}
-	return isQcow2Marked(img)
+	return header.Marked(img, loc.area.off, loc.area.limit)
 }
 
 func closeStorage(s File) {
