@@ -14,6 +14,7 @@ package image
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -179,6 +180,8 @@ type output interface {
 	// encrypt writes src under the header and key of f to dst, an empty
 	// file. A detached header (payload offset 0) is the caller's to store.
 	encrypt(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error
+	// create writes a new image of size bytes of zero plaintext (Create).
+	create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (header.Header, error)
 }
 
 // outputOf is the output of format. A raw output of an authenticated
@@ -296,4 +299,21 @@ func inPlaceExtents(c container) ([]sectors.Extent, int64, error) {
 	}
 	out, total := packed(ext)
 	return out, total, nil
+}
+
+// restoreArea is where a header restore writes into the image f of size
+// bytes: the LUKS area's offset and, where the container gives the area
+// a size of its own (qcow2), that size; else -1, the area ending at the
+// payload the backup names. It needs no readable header.
+func restoreArea(f io.ReaderAt, size int64) (off, limit int64, err error) {
+	a, im, err := findArea(f, size)
+	switch {
+	case errors.Is(err, ErrNotEncrypted):
+		return 0, 0, fmt.Errorf("%w: qcow2 image is not LUKS-encrypted", header.ErrNotLUKS)
+	case err != nil:
+		return 0, 0, fmt.Errorf("cannot locate the LUKS area: %w", err)
+	case im == nil:
+		return a.off, -1, nil
+	}
+	return a.off, a.limit, nil
 }

@@ -1,9 +1,12 @@
 package image
 
 import (
+	"fmt"
 	"io"
+	"os"
 
 	"github.com/cryptimg/cryptimg/header"
+	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 // detachedContainer is a payload (raw, or a dm-integrity device) whose
@@ -37,4 +40,20 @@ func newDetached(a luksArea, h header.Header, data io.ReaderAt, dataSize int64, 
 func headerOnly(a luksArea, h header.Header) container {
 	p := &rawContainer{luks: a, data: a.r, base: h.Info().PayloadOffset}
 	return &detachedContainer{container: p, luks: a}
+}
+
+// openHeaderFile reads the header of the detached header file f.
+func openHeaderFile(f *os.File) (luksArea, header.Header, error) {
+	size, err := regularSize(f)
+	if err != nil {
+		return luksArea{}, nil, err
+	}
+	if qcow2.IsQcow2(f) {
+		return luksArea{}, nil, fmt.Errorf("%w: a qcow2 image is not a detached header", header.ErrNotLUKS)
+	}
+	h, err := header.Read(f, 0, size)
+	if err != nil {
+		return luksArea{}, nil, err
+	}
+	return luksArea{r: f, limit: size, own: true}, h, nil
 }

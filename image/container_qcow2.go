@@ -253,6 +253,12 @@ func (qcowOutput) params(p *header.Params, _ int64, detached bool) error {
 	return nil
 }
 
+// create writes the qcow2 metadata, and Encrypt allocates only the
+// clusters the (empty) data map names: none.
+func (qcowOutput) create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (header.Header, error) {
+	return Encrypt(ctx, dst, zeroPlain(size), o)
+}
+
 func (qcowOutput) encrypt(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error {
 	if f.Key.Auth != nil {
 		return fmt.Errorf("%w: qcow2 output (qemu has no LUKS2)", ErrAuthenticatedUnsupported)

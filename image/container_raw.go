@@ -148,6 +148,15 @@ func (rawOutput) params(p *header.Params, size int64, detached bool) error {
 	return nil
 }
 
+// create leaves the payload a hole (createRaw); an authenticated one has
+// every tag written: the authenticated path seals zeros.
+func (rawOutput) create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (header.Header, error) {
+	if o.Header.Integrity != "" {
+		return Encrypt(ctx, dst, zeroPlain(size), o)
+	}
+	return createRaw(ctx, dst, size, o)
+}
+
 func (rawOutput) encrypt(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error {
 	if f.Key.Auth != nil {
 		return integrityOutput{}.encrypt(ctx, dst, src, f, o)

@@ -3,7 +3,11 @@
 // files with an embedded LUKS1 header (qemu's encrypt.format=luks). It
 // decides where the encrypted sectors live in the file and which IV sector
 // number each one gets, and drives package sectors to move the data
-// through the header's cipher (package header/cipher).
+// through the header's cipher (package header/cipher). Each kind of
+// container (raw, a detached --header file, qcow2, and a LUKS2 payload
+// with integrity tags) is one implementation of one interface
+// (container.go and container_*.go); nothing else asks which kind an image
+// is.
 //
 // The main entry points:
 //
@@ -35,7 +39,9 @@
 //     PayloadOffset*512 in the file (dm-crypt and qemu block/crypto.c);
 //   - qcow2+LUKS: the host file offset of the data divided by 512
 //     (qemu docs/interop/qcow2.txt, "the physical disk sector"); only
-//     allocated clusters are stored, and compressed clusters are plaintext.
+//     allocated clusters are stored, and compressed clusters are plaintext;
+//   - LUKS2 with integrity: the logical sector of the dm-integrity device,
+//     which is also the sector's place in the plaintext.
 package image
 
 import (
@@ -147,22 +153,6 @@ func OpenHeader(f *os.File) (*Encrypted, error) {
 		return nil, err
 	}
 	return newEncrypted(headerOnly(a, h), h, a.limit), nil
-}
-
-// openHeaderFile reads the header of the detached header file f.
-func openHeaderFile(f *os.File) (luksArea, header.Header, error) {
-	size, err := regularSize(f)
-	if err != nil {
-		return luksArea{}, nil, err
-	}
-	if qcow2.IsQcow2(f) {
-		return luksArea{}, nil, fmt.Errorf("%w: a qcow2 image is not a detached header", header.ErrNotLUKS)
-	}
-	h, err := header.Read(f, 0, size)
-	if err != nil {
-		return luksArea{}, nil, err
-	}
-	return luksArea{r: f, limit: size, own: true}, h, nil
 }
 
 // regularSize is the size of f, which must be a regular file.

@@ -239,13 +239,6 @@ func complete(j *journal, js JournalStore) error {
 	return nil
 }
 
-func writeSyncAt(s File, b []byte, off int64, what string) error {
-	if _, err := s.WriteAt(b, off); err != nil {
-		return fmt.Errorf("failed to write %s: %w", what, err)
-	}
-	return syncErr(s, what)
-}
-
 // EncryptInPlaceOptions configure EncryptInPlace.
 type EncryptInPlaceOptions struct {
 	Header     header.Params // as for Encrypt

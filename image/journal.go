@@ -16,7 +16,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -83,18 +82,6 @@ func (s sidecar) Remove() error {
 		return err
 	}
 	return syncDir(s.path)
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("failed to sync directory of %s: %w", path, err)
-	}
-	return nil
 }
 
 // Op names an in-place operation.
@@ -274,13 +261,6 @@ func (j *journal) writeState() error {
 		return fmt.Errorf("failed to write journal: %w", err)
 	}
 	return syncErr(j.s, "journal")
-}
-
-func syncErr(s File, what string) error {
-	if err := s.Sync(); err != nil {
-		return fmt.Errorf("failed to sync %s: %w", what, err)
-	}
-	return nil
 }
 
 // readState returns the valid state with the highest sequence number, or
@@ -486,18 +466,4 @@ func imageMarked(img File) (bool, error) {
 		return false, err
 	}
 	return header.Marked(img, loc.area.off, loc.area.limit)
-}
-
-func closeStorage(s File) {
-	if c, ok := s.(io.Closer); ok {
-		c.Close()
-	}
-}
-
-func storageSize(s File) (int64, error) {
-	st, err := s.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), nil
 }

@@ -101,11 +101,3 @@ func (e *Encrypted) Resize(size int64, o ResizeOptions) (ResizeResult, error) {
 	}
 	return r, e.c.resize(e, f, size, o)
 }
-
-// nameOf names a file in messages.
-func nameOf(f any) string {
-	if n, ok := f.(interface{ Name() string }); ok {
-		return n.Name()
-	}
-	return "the image"
-}

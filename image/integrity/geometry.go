@@ -250,7 +250,7 @@ func (g *Geometry) DataSectors() uint64 { return g.provided }
 // TagSize is T, the bytes of metadata per block.
 func (g *Geometry) TagSize() int { return g.tagSize }
 
-// sectorBytes is B, the block (encryption sector) size in bytes.
+// SectorSize is B, the block (encryption sector) size in bytes.
 func (g *Geometry) SectorSize() int { return sectorBytes << g.log2SPB }
 
 // Start is S, the sector of the superblock.
