@@ -80,6 +80,16 @@ type container interface {
 	resize(e *Encrypted, f File, size int64, o ResizeOptions) error
 }
 
+// The containers and outputs.
+var (
+	_ container = (*rawContainer)(nil)
+	_ container = (*detachedContainer)(nil)
+	_ container = (*qcowContainer)(nil)
+	_ container = (*integrityContainer)(nil)
+	_ output    = rawOutput{}
+	_ output    = qcowOutput{}
+)
+
 // findArea locates the LUKS area of the image r of size bytes: in a qcow2
 // image where its full-disk-encryption header extension points (im is then
 // the parsed qcow2 header), else at the start of the file, the whole file

@@ -517,7 +517,11 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	if err := refuseQcow2(img); err != nil {
 		return nil, err
 	}
-	h, err := header.Read(img, 0, size)
+	loc, err := locateLUKS(img)
+	if err != nil {
+		return nil, err
+	}
+	h, err := header.Read(img, loc.area.off, loc.area.limit)
 	if err != nil {
 		return nil, err
 	}
