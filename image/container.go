@@ -1,10 +1,10 @@
 package image
 
 // The container seam. An encrypted image is a LUKS header and a payload of
-// encrypted sectors, kept by a container: a raw file (container_raw.go),
-// a raw payload whose header is in a file of its own (container_detached.go),
-// a qcow2 file (container_qcow2.go), or a dm-integrity device of sectors
-// and their tags (container_integrity.go). Each says where it keeps its
+// encrypted sectors, kept by a container: a raw file (container_raw.go), a
+// raw or integrity payload whose header is in a file of its own
+// (container_detached.go), a qcow2 file (container_qcow2.go), or a
+// dm-integrity device of sectors and their tags (container_integrity.go). Each says where it keeps its
 // LUKS area, which extents of which file hold the payload and with which
 // IV unit each begins (iv.go), and how the payload is written out,
 // streamed, verified, viewed and resized. Encrypted holds one container;
