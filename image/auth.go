@@ -102,36 +102,6 @@ func authTagMode(h header.Header) (*cipher.AuthMode, error) {
 	return m, nil
 }
 
-// openAuth reads the integrity superblock of an authenticated image and
-// sets the payload size to the integrity device's: deviceSize is the size
-// of the file the segment is in.
-func (e *Encrypted) openAuth(deviceSize int64) error {
-	i := e.Header.Info()
-	if i.Integrity == "" {
-		return nil
-	}
-	m, err := authTagMode(e.Header)
-	if err != nil {
-		return err
-	}
-	if i.PayloadSize != 0 {
-		return fmt.Errorf("%w: an integrity segment of fixed size (cryptsetup makes them dynamic)", ErrAuthenticatedUnsupported)
-	}
-	g, _, err := integrity.Read(e.f, uint64(e.PayloadOffset/512), uint64(deviceSize/512))
-	if err != nil {
-		return err
-	}
-	if err := g.Check(m.TagSize, i.SectorSize); err != nil {
-		return fmt.Errorf("%s with %d-byte sectors: %w", m.Name(), i.SectorSize, err)
-	}
-	if err := checkJournal(e.f, g); err != nil {
-		return err
-	}
-	e.auth = g
-	e.PayloadSize = int64(g.DataSectors()) * 512
-	return nil
-}
-
 // refuseAuth refuses an operation that cannot handle authenticated images
 // yet, before it changes anything: what names the operation.
 func refuseAuth(h header.Header, what string) error {
@@ -150,18 +120,7 @@ func refuseAuthParams(p header.Params, what string) error {
 }
 
 // Authenticated reports whether the image has integrity protection.
-func (e *Encrypted) Authenticated() bool { return e.auth != nil }
-
-// authExtents are the data extents of the integrity device, one per area:
-// from the file, to plaintext offset N*512, numbered N.
-func authExtents(g *integrity.Geometry) []sectors.Extent {
-	var ext []sectors.Extent
-	for a := range g.Areas() {
-		ext = append(ext, sectors.Extent{SrcOffset: a.DataOffset, DstOffset: int64(a.FirstSector) * 512,
-			Length: a.DataLen, Sector: a.FirstSector})
-	}
-	return ext
-}
+func (e *Encrypted) Authenticated() bool { return e.c != nil && e.c.tagLayout() != nil }
 
 // tagBufs pools the tag buffers of one chunk.
 type tagBufs struct{ p sync.Pool }
@@ -290,42 +249,12 @@ func (t *areaTags) add(n uint64, tags []byte) error {
 	return nil
 }
 
-// checkAuthKey is the authenticated cipher of k, for e.
-func (e *Encrypted) authCipher(k *Key) (cipher.AuthSector, error) {
+// authCipher is the authenticated cipher of k.
+func authCipher(k *Key) (cipher.AuthSector, error) {
 	if k.Auth == nil {
 		return nil, errors.New("image: the key has no authenticated cipher")
 	}
 	return k.Auth, nil
-}
-
-// decryptAuth writes the verified plaintext to w. Without allowCorrupt the
-// first bad sector fails the run with a *CorruptError naming it; with it,
-// bad sectors are written as zeros and listed in the returned
-// *CorruptError after the whole output is written.
-func (e *Encrypted) decryptAuth(ctx context.Context, w io.WriterAt, k *Key, p Pipeline, allowCorrupt bool) error {
-	a, err := e.authCipher(k)
-	if err != nil {
-		return err
-	}
-	var bad badList
-	so := p.options(e.PayloadSize, true)
-	so.SectorSize = a.Geometry().SectorSize
-	so.Unordered = newFile(w)
-	t := openTransform(e.f, e.auth, a, &bad)
-	if !allowCorrupt {
-		t = stopOnBad(t, &bad)
-	}
-	err = sectors.Run(ctx, w, e.f, authExtents(e.auth), t, so)
-	if errors.Is(err, errBadSector) {
-		// Stopped at a bad sector: chunks before it that were cancelled
-		// unchecked may hold an earlier one, so the report comes from a
-		// verification up to there.
-		return e.firstBad(ctx, a, &bad, p)
-	}
-	if err != nil {
-		return err
-	}
-	return bad.err()
 }
 
 // errBadSector stops a run at a bad sector.
@@ -347,30 +276,6 @@ func stopOnBad(t sectors.Transform, bad *badList) sectors.Transform {
 	}
 }
 
-// firstBad verifies the image up to the lowest bad sector seen and
-// returns the *CorruptError of everything found below and at it.
-func (e *Encrypted) firstBad(ctx context.Context, a cipher.AuthSector, bad *badList, p Pipeline) error {
-	err := bad.err().(*CorruptError)
-	first := err.Sectors[0]
-	var before badList
-	var ext []sectors.Extent
-	for _, x := range authExtents(e.auth) {
-		if x.Sector >= first {
-			break
-		}
-		x.Length = min(x.Length, int64(first-x.Sector)*512)
-		ext = append(ext, x)
-	}
-	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: a.Geometry().SectorSize, Unordered: true}
-	if err := sectors.Run(ctx, discard{}, e.f, ext, checkTransform(e.f, e.auth, a, &before), so); err != nil {
-		return err
-	}
-	if found := before.err(); found != nil {
-		return found
-	}
-	return &CorruptError{Sectors: []uint64{first}, Count: 1}
-}
-
 // discard is a WriterAt that drops everything.
 type discard struct{}
 
@@ -387,93 +292,7 @@ type VerifyReport struct {
 // Verify checks every sector of an authenticated image against its tag,
 // writing no plaintext anywhere.
 func (e *Encrypted) Verify(ctx context.Context, k *Key, p Pipeline) (*VerifyReport, error) {
-	if e.auth == nil {
-		return nil, header.ErrNotAuthenticated
-	}
-	a, err := e.authCipher(k)
-	if err != nil {
-		return nil, err
-	}
-	var bad badList
-	so := p.options(e.PayloadSize, false)
-	so.SectorSize = a.Geometry().SectorSize
-	so.Unordered = true // nothing is written: no order to keep
-	if err := sectors.Run(ctx, discard{}, e.f, authExtents(e.auth), checkTransform(e.f, e.auth, a, &bad), so); err != nil {
-		return nil, err
-	}
-	r := &VerifyReport{Sectors: uint64(e.PayloadSize / 512), Bytes: e.PayloadSize}
-	if err := bad.err(); err != nil {
-		r.Corrupt = err.(*CorruptError)
-	}
-	return r, nil
-}
-
-// authDeviceSectors is the smallest device, in 512-byte sectors from the
-// start of the file, whose integrity device at segment offset start holds
-// exactly data sectors (a multiple of 8), and its geometry. The journal
-// grows with the device, so the size is found from below: each step adds
-// the missing data sectors, and since a larger device never gets a smaller
-// journal, no step overshoots.
-func authDeviceSectors(start, data uint64, tagSize, sectorSize int) (uint64, *integrity.Geometry, error) {
-	d := start + data + 8
-	var lastErr error
-	for range 1 << 20 {
-		g, err := integrity.New(d, start, tagSize, sectorSize)
-		if err != nil {
-			lastErr = err // too small for the metadata: grow
-			d += 8
-			continue
-		}
-		p := g.DataSectors()
-		switch {
-		case p == data:
-			return d, g, nil
-		case p > data:
-			return 0, nil, fmt.Errorf("image: internal error: a %d-sector device holds %d data sectors, more than %d", d, p, data)
-		}
-		d += data - p
-	}
-	return 0, nil, fmt.Errorf("image: internal error: no integrity geometry for %d data sectors: %v", data, lastErr)
-}
-
-// encryptAuth writes an authenticated raw image: the header area (unless
-// detached), the integrity superblock and a fresh journal, and every
-// sector of the plaintext sealed with its tag. dst is empty.
-func encryptAuth(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o EncryptOptions) error {
-	a := f.Key.Auth
-	if a == nil {
-		return errors.New("image: internal error: an authenticated header without its cipher")
-	}
-	ss := a.Geometry().SectorSize
-	// dm-integrity's data sectors come in 4096-byte multiples.
-	if src.Size%4096 != 0 || src.Size == 0 {
-		return fmt.Errorf("%w: an image with integrity holds whole 4096-byte blocks, the input is %d bytes", ErrUnaligned, src.Size)
-	}
-	payload := f.Header.Info().PayloadOffset
-	d, g, err := authDeviceSectors(uint64(payload/512), uint64(src.Size/512), a.TagSize(), ss)
-	if err != nil {
-		return err
-	}
-	if payload > 0 {
-		if err := writeArea(dst, f.Area); err != nil {
-			return err
-		}
-	}
-	if err := dst.Truncate(int64(d) * 512); err != nil {
-		return fmt.Errorf("failed to size output: %w", err)
-	}
-	if err := g.WriteMetadata(dst); err != nil {
-		return fmt.Errorf("failed to write the integrity metadata: %w", err)
-	}
-	var ext []sectors.Extent
-	for _, x := range authExtents(g) {
-		x.SrcOffset, x.DstOffset = x.DstOffset, x.SrcOffset
-		ext = append(ext, x)
-	}
-	so := o.Pipeline.options(src.Size, false)
-	so.SectorSize = ss
-	so.Unordered = true // a new file: data and tag areas apart, written in any order
-	return sectors.Run(ctx, dst, src.guest, ext, sealTransform(dst, g, a), so)
+	return e.c.verify(ctx, k, p)
 }
 
 // untagged is the Sector of an authenticated key: its sectors cannot be

@@ -2,13 +2,10 @@ package image
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image/integrity"
-	"github.com/cryptimg/cryptimg/sectors"
 )
 
 // Authenticated images to a stream (cryptimg decrypt IMAGE -): the image
@@ -24,46 +21,17 @@ import (
 // With allowCorrupt, bad sectors are written as zeros and listed in the
 // returned *CorruptError once the whole plaintext is written.
 func (e *Encrypted) DecryptAuthStream(ctx context.Context, w io.Writer, k *Key, p Pipeline, allowCorrupt bool) (int64, error) {
-	if e.auth == nil {
+	if !e.Authenticated() {
 		return 0, header.ErrNotAuthenticated
 	}
-	a, err := e.authCipher(k)
-	if err != nil {
-		return 0, err
-	}
-	var bad badList
-	t := openTransform(e.f, e.auth, a, &bad)
-	if !allowCorrupt {
-		t = stopOnBad(t, &bad)
-	}
-	so := p.options(e.PayloadSize, false)
-	so.SectorSize = a.Geometry().SectorSize
-	// The workers read the areas' data themselves, in parallel (a chunk
-	// never spans two areas: each is an extent); only the writes to w
-	// keep order, and the first failed chunk in that order stops them.
-	sw := &streamAt{w: w}
-	err = sectors.Run(ctx, sw, e.f, authExtents(e.auth), t, so)
-	n := sw.off
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return n, fmt.Errorf("image: %w: %w", ErrTruncated, err)
-	}
-	if errors.Is(err, errBadSector) {
-		return n, e.firstBad(ctx, a, &bad, p)
-	}
-	if err != nil {
-		return n, err
-	}
-	if n != e.PayloadSize {
-		return n, fmt.Errorf("image: internal error: streamed %d of %d bytes", n, e.PayloadSize)
-	}
-	return n, bad.err()
+	return e.c.stream(ctx, w, k, p, allowCorrupt)
 }
 
 // areaPieces calls fn over the bytes [s, s+n) of the integrity device cut
 // at the area boundaries, with the logical sector of each piece.
 func areaPieces(g *integrity.Geometry, s int64, n int, fn func(lo, hi int, unit uint64) error) error {
 	for lo := 0; lo < n; {
-		unit := uint64(s+int64(lo)) / 512
+		unit := integrityIV(s + int64(lo))
 		a := g.Area(unit >> g.Log2Interleave())
 		hi := lo + int(min(uint64(n-lo), (a.FirstSector+a.Sectors-unit)*512))
 		if err := fn(lo, hi, unit); err != nil {

@@ -88,7 +88,7 @@ func authPlain(t testing.TB, img, pass []byte) ([]byte, header.Header) {
 	if r.Corrupt != nil {
 		t.Fatalf("verify: %v", r.Corrupt)
 	}
-	v, err := e.View(e.f.(*os.File), k, true)
+	v, err := e.View(e.c.file().(*os.File), k, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestAuthReencryptRefusesCorrupt(t *testing.T) {
 	plain := testPlain(rng, faultImage)
 	img0 := authImage(t, rng, plain, "aes-xts-plain64", "hmac(sha256)", 4096, rePass)
 	e, _, done := authOpen(t, img0, rePass)
-	off := e.auth.DataOffset(4000)
+	off := e.c.tagLayout().DataOffset(4000)
 	done()
 	bad := bytes.Clone(img0)
 	bad[off+9] ^= 1

@@ -2,10 +2,7 @@ package image
 
 import (
 	"context"
-	"fmt"
 	"os"
-
-	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 // Clone writes a per-instance copy of the image e (read from src with the
@@ -25,7 +22,7 @@ func (e *Encrypted) Clone(ctx context.Context, src, dst *os.File, k *Key, f *For
 		return err
 	}
 	defer v.Close()
-	p, err := e.plainOf(src, v)
+	p, err := e.c.plain(v)
 	if err != nil {
 		return err
 	}
@@ -33,31 +30,4 @@ func (e *Encrypted) Clone(ctx context.Context, src, dst *os.File, k *Key, f *For
 		o.Format = e.Format
 	}
 	return EncryptTo(ctx, dst, p, f, o)
-}
-
-// plainOf is the decrypted view v of e as a plaintext image: its guest
-// data and where that data may be non-zero (a qcow2 source's allocated
-// clusters; all of a raw one).
-func (e *Encrypted) plainOf(src *os.File, v View) (*Plain, error) {
-	p := &Plain{Format: Raw, Size: v.Size(), guest: v, mapped: true}
-	if e.Format != Qcow2 {
-		p.ranges = []Range{{0, v.Size()}}
-		return p, nil
-	}
-	ext, err := e.qcow.Extents(src)
-	if err != nil {
-		return nil, err
-	}
-	// The encrypted source's map says which guest clusters hold data; the
-	// qcow2 output path then keeps the holes without reading them.
-	p.Format = Qcow2
-	for _, x := range ext {
-		if x.Kind == qcow2.Data {
-			p.ranges = appendRange(p.ranges, Range{x.GuestOffset, x.Length})
-		}
-	}
-	if p.Size%SectorSize != 0 {
-		return nil, fmt.Errorf("%w: the source holds %d bytes", ErrSize, p.Size)
-	}
-	return p, nil
 }

@@ -95,15 +95,12 @@ func startConvert(img File, js JournalStore, o ConvertOptions) (*journal, error)
 	if err != nil {
 		return nil, err
 	}
-	h, err := header.Read(img, loc.off, loc.limit)
+	h, err := header.Read(img, loc.area.off, loc.area.limit)
 	if err != nil {
 		return nil, err
 	}
-	if loc.format == Qcow2 {
-		if err := loc.format.CarriesVersion(o.Version); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w to LUKS1: the header is LUKS1 already", header.ErrConvert)
+	if err := loc.convertible(o.Version); err != nil {
+		return nil, err
 	}
 	size, err := storageSize(img)
 	if err != nil {

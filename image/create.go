@@ -52,21 +52,14 @@ func Create(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (he
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	switch o.Format {
-	case "", Raw:
+	if o.Format == "" {
 		o.Format = Raw
-	case Qcow2:
-		// Encrypt writes the qcow2 metadata and allocates only the
-		// clusters the (empty) data map names: none.
-		return Encrypt(ctx, dst, zeroPlain(size), o)
-	default:
-		return nil, fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
-	if o.Header.Integrity != "" {
-		// Every tag must be written: the authenticated path seals zeros.
-		return Encrypt(ctx, dst, zeroPlain(size), o)
+	out, err := outputOf(o.Format)
+	if err != nil {
+		return nil, err
 	}
-	return createRaw(ctx, dst, size, o)
+	return out.create(ctx, dst, size, o)
 }
 
 // CheckCreate returns the error Create gives for size and o before it
@@ -94,11 +87,8 @@ func CheckCreate(size int64, o EncryptOptions) error {
 // createRaw formats a raw LUKS header (attached, or detached into
 // o.HeaderFile) and leaves its payload of size bytes unwritten.
 func createRaw(ctx context.Context, dst *os.File, size int64, o EncryptOptions) (header.Header, error) {
-	if o.Header.Version == 2 {
-		luks2SectorSize(&o.Header, size)
-	}
-	if o.HeaderFile != nil {
-		o.Header.Detached = true
+	if err := (rawOutput{}).params(&o.Header, size, o.HeaderFile != nil); err != nil {
+		return nil, err
 	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {

@@ -114,7 +114,7 @@ func TestCreateQcow2NoClusters(t *testing.T) {
 	if e.Format != Qcow2 || e.PayloadSize != 256<<20 {
 		t.Fatalf("opened as %s of %d bytes", e.Format, e.PayloadSize)
 	}
-	ext, err := e.qcow.Extents(f)
+	ext, err := e.Qcow2.Extents(f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,11 +176,11 @@ func DecryptDetachedInPlace(ctx context.Context, img, hdr File, js JournalStore,
 }
 
 func startDecryptDetached(img, hdr File, js JournalStore, passphrase []byte, slot int, o InPlaceOptions) (*journal, error) {
-	hsize, err := storageSize(hdr)
+	loc, err := locate(img, hdr)
 	if err != nil {
 		return nil, err
 	}
-	h, err := header.Read(hdr, 0, hsize)
+	h, err := header.Read(loc.hf, loc.area.off, loc.area.limit)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func TestErasePowerLoss(t *testing.T) {
 				d := newFaultDisk(uint64(cut))
 				d.atom, d.crashAt = c.atom, cut
 				ff := d.add("img", content)
-				e, err := openRaw(namedFault{ff}, size)
+				e, err := openImage(namedFault{ff}, size)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,7 +86,7 @@ func TestErasePowerLoss(t *testing.T) {
 					if n := e.Header.ActiveSlots(); n != 0 {
 						t.Fatalf("erase left %d active slots", n)
 					}
-					r, err := openRaw(bytes.NewReader(ff.cur), size)
+					r, err := openImage(bytes.NewReader(ff.cur), size)
 					if err != nil || r.Header.ActiveSlots() != 0 {
 						t.Fatalf("after erase: %v, %d active slots", err, r.Header.ActiveSlots())
 					}
@@ -97,7 +97,7 @@ func TestErasePowerLoss(t *testing.T) {
 					t.Fatalf("cut %d: %v", cut, err)
 				}
 				d.crash()
-				r, err := openRaw(bytes.NewReader(ff.durable), size)
+				r, err := openImage(bytes.NewReader(ff.durable), size)
 				if err != nil {
 					t.Fatalf("cut %d: the header does not parse: %v", cut, err)
 				}
@@ -123,7 +123,7 @@ func TestEraseWipesEverySlot(t *testing.T) {
 	content, _ := erasable(t, header.Params{}, []int{0, 2, 4})
 	d := newFaultDisk(1)
 	ff := d.add("img", content)
-	e, err := openRaw(namedFault{ff}, int64(len(content)))
+	e, err := openImage(namedFault{ff}, int64(len(content)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestEraseWipesEverySlot(t *testing.T) {
 			}
 		}
 	}
-	ro, err := openRaw(bytes.NewReader(content), int64(len(content)))
+	ro, err := openImage(bytes.NewReader(content), int64(len(content)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,11 @@
 // files with an embedded LUKS1 header (qemu's encrypt.format=luks). It
 // decides where the encrypted sectors live in the file and which IV sector
 // number each one gets, and drives package sectors to move the data
-// through the header's cipher (package header/cipher).
+// through the header's cipher (package header/cipher). Each kind of
+// container (raw, a detached --header file, qcow2, and a LUKS2 payload
+// with integrity tags) is one implementation of one interface
+// (container.go and container_*.go); nothing else asks which kind an image
+// is.
 //
 // The main entry points:
 //
@@ -35,7 +39,9 @@
 //     PayloadOffset*512 in the file (dm-crypt and qemu block/crypto.c);
 //   - qcow2+LUKS: the host file offset of the data divided by 512
 //     (qemu docs/interop/qcow2.txt, "the physical disk sector"); only
-//     allocated clusters are stored, and compressed clusters are plaintext.
+//     allocated clusters are stored, and compressed clusters are plaintext;
+//   - LUKS2 with integrity: the logical sector of the dm-integrity device,
+//     which is also the sector's place in the plaintext.
 package image
 
 import (
@@ -49,7 +55,6 @@ import (
 	"github.com/cryptimg/cryptimg/asm/secmem"
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
-	"github.com/cryptimg/cryptimg/image/integrity"
 	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
@@ -118,8 +123,9 @@ func (p Pipeline) options(total int64, sparse bool) sectors.Options {
 	return o
 }
 
-// Encrypted is an opened encrypted image: its container format, LUKS
-// header and where the header and payload are.
+// Encrypted is an opened encrypted image: its LUKS header and its
+// container, which says where the header and payload are (container.go);
+// the exported fields describe the container.
 type Encrypted struct {
 	Format Format
 	Header header.Header
@@ -142,19 +148,11 @@ type Encrypted struct {
 	// passphrase, and such data is not encrypted at all.
 	AllowNullCipher bool
 
-	f    io.ReaderAt
-	hf   io.ReaderAt // the file holding the header: f, or a detached header file
-	qcow *qcow2.Image
-	auth *integrity.Geometry // the integrity device of an authenticated image
+	c container
 }
 
 // hdr is the file the header and its key slots are read from.
-func (e *Encrypted) hdr() io.ReaderAt {
-	if e.hf != nil {
-		return e.hf
-	}
-	return e.f
-}
+func (e *Encrypted) hdr() io.ReaderAt { return e.c.area().r }
 
 // OpenHeader reads a detached LUKS header file, as cryptsetup's --header
 // names one: the header and its key slots, with the data in another file
@@ -162,60 +160,42 @@ func (e *Encrypted) hdr() io.ReaderAt {
 // and header commands, which change only the header file; OpenDetached
 // pairs it with the data.
 func OpenHeader(f *os.File) (*Encrypted, error) {
+	a, h, err := openHeaderFile(f)
+	if err != nil {
+		return nil, err
+	}
+	return newEncrypted(headerOnly(a, h), h, a.limit), nil
+}
+
+// regularSize is the size of f, which must be a regular file.
+func regularSize(f *os.File) (int64, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+		return 0, fmt.Errorf("%s: not a regular file", f.Name())
 	}
-	if qcow2.IsQcow2(f) {
-		return nil, fmt.Errorf("%w: a qcow2 image is not a detached header", header.ErrNotLUKS)
-	}
-	h, err := header.Read(f, 0, st.Size())
-	if err != nil {
-		return nil, err
-	}
-	return &Encrypted{Format: Raw, Header: h, PayloadOffset: h.Info().PayloadOffset, FileSize: st.Size(), f: f, hf: f}, nil
+	return st.Size(), nil
 }
 
 // OpenDetached opens the data file data under the detached header file
 // hdr: the payload starts at the header's payload offset in data and runs
 // to its end (or the header's fixed size).
 func OpenDetached(hdr, data *os.File) (*Encrypted, error) {
-	e, err := OpenHeader(hdr)
+	a, h, err := openHeaderFile(hdr)
 	if err != nil {
 		return nil, fmt.Errorf("header %s: %w", hdr.Name(), err)
 	}
-	st, err := data.Stat()
+	size, err := regularSize(data)
 	if err != nil {
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", data.Name())
+	c, err := newContainer(a, nil, h, data, size, data.Name())
+	if err != nil {
+		return nil, err
 	}
-	size, i := st.Size(), e.Header.Info()
-	if size < e.PayloadOffset {
-		return nil, fmt.Errorf("%w: %s is %d bytes, its payload starts at %d", ErrTruncated, data.Name(), size, e.PayloadOffset)
-	}
-	e.f, e.FileSize, e.PayloadSize = data, size, size-e.PayloadOffset
-	if i.PayloadSize != 0 {
-		if i.PayloadSize > e.PayloadSize {
-			return nil, fmt.Errorf("%w: %s is %d bytes, its payload ends at %d", ErrTruncated, data.Name(), size, e.PayloadOffset+i.PayloadSize)
-		}
-		e.PayloadSize = i.PayloadSize
-	}
-	if i.Integrity != "" {
-		// The integrity superblock says what the payload holds.
-		if err := e.openAuth(size); err != nil {
-			return nil, err
-		}
-		return e, nil
-	}
-	if e.PayloadSize%int64(i.SectorSize) != 0 {
-		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
-	}
-	return e, nil
+	return newEncrypted(c, h, size), nil
 }
 
 // Open reads the LUKS header of an encrypted image, raw LUKS or
@@ -224,60 +204,28 @@ func OpenDetached(hdr, data *os.File) (*Encrypted, error) {
 // header.ErrNotLUKS, header.ErrCorrupt, ErrTruncated, ErrNotEncrypted or
 // qcow2.ErrCorrupt/ErrUnsupported.
 func Open(f *os.File) (*Encrypted, error) {
-	st, err := f.Stat()
+	size, err := regularSize(f)
 	if err != nil {
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", f.Name())
-	}
-	if qcow2.IsQcow2(f) {
-		return openQcow2(f, st.Size())
-	}
-	return openRaw(f, st.Size())
+	return openImage(f, size)
 }
 
-func openRaw(r io.ReaderAt, size int64) (*Encrypted, error) {
-	h, err := header.Read(r, 0, size)
+// openImage opens the encrypted image r of size bytes.
+func openImage(r io.ReaderAt, size int64) (*Encrypted, error) {
+	a, im, err := findArea(r, size)
 	if err != nil {
 		return nil, err
 	}
-	e := &Encrypted{Format: Raw, Header: h, FileSize: size, f: r}
-	if e.PayloadOffset, err = attachedPayload(h); err != nil {
+	h, err := header.Read(r, a.off, a.limit)
+	if err != nil {
 		return nil, err
 	}
-	if size < e.PayloadOffset {
-		return nil, fmt.Errorf("%w: file is %d bytes, payload starts at %d", ErrTruncated, size, e.PayloadOffset)
+	c, err := newContainer(a, im, h, r, size, "file")
+	if err != nil {
+		return nil, err
 	}
-	i := h.Info()
-	e.PayloadSize = size - e.PayloadOffset
-	if i.PayloadSize != 0 {
-		if i.PayloadSize > e.PayloadSize {
-			return nil, fmt.Errorf("%w: file is %d bytes, payload ends at %d", ErrTruncated, size, e.PayloadOffset+i.PayloadSize)
-		}
-		e.PayloadSize = i.PayloadSize
-	}
-	if i.Integrity != "" {
-		// The integrity superblock says what the payload holds.
-		if err := e.openAuth(size); err != nil {
-			return nil, err
-		}
-		return e, nil
-	}
-	if e.PayloadSize%int64(i.SectorSize) != 0 {
-		return nil, fmt.Errorf("%w: payload of %d bytes is not a whole number of %d-byte sectors", ErrTruncated, e.PayloadSize, i.SectorSize)
-	}
-	return e, nil
-}
-
-// attachedPayload returns the payload offset of h, in bytes, refusing a
-// detached header (payload offset 0), whose data lives elsewhere.
-func attachedPayload(h header.Header) (int64, error) {
-	p := h.Info().PayloadOffset
-	if p == 0 {
-		return 0, ErrDetached
-	}
-	return p, nil
+	return newEncrypted(c, h, size), nil
 }
 
 // Key is an unlocked volume key with its sector cipher.
@@ -452,15 +400,15 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 	}
 	var w io.WriterAt = dst
 	var qw *qcowOut
-	switch o.Format {
+	switch o.Format { // the output's format, not the container's
 	case Raw:
 		if err := dst.Truncate(e.PayloadSize); err != nil {
 			return fmt.Errorf("failed to size output: %w", err)
 		}
 	case Qcow2:
 		cs := o.ClusterSize
-		if cs == 0 && e.qcow != nil {
-			cs = e.qcow.ClusterSize
+		if cs == 0 {
+			cs = e.c.clusterSize()
 		}
 		var err error
 		if qw, err = newQcowOut(dst, e.PayloadSize, cs); err != nil {
@@ -470,36 +418,16 @@ func (e *Encrypted) DecryptTo(ctx context.Context, dst *os.File, k *Key, o Decry
 	default:
 		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
 	}
-	t := k.Cipher.DecryptSectors
-	var err error
-	if e.auth != nil {
-		err = e.decryptAuth(ctx, w, k, o.Pipeline, o.AllowCorrupt)
-		if err != nil && !(o.AllowCorrupt && errors.Is(err, ErrCorrupt)) {
-			return err
-		}
-		if qw != nil {
-			if cerr := qw.close(); cerr != nil {
-				return cerr
-			}
-		}
-		return err
-	}
-	if e.Format == Qcow2 {
-		err = e.decryptQcow2(ctx, w, t, o.Pipeline)
-	} else {
-		ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, DstOffset: 0, Length: e.PayloadSize, Sector: rawIV(0)}}
-		so := o.Pipeline.options(e.PayloadSize, true)
-		so.SectorSize = k.Cipher.Geometry().SectorSize
-		so.Unordered = newFile(w)
-		err = sectors.Run(ctx, w, e.f, ext, t, so)
-	}
-	if err != nil {
+	err := e.c.decrypt(ctx, w, k, o)
+	if err != nil && !(o.AllowCorrupt && errors.Is(err, ErrCorrupt)) {
 		return err
 	}
 	if qw != nil {
-		return qw.close()
+		if cerr := qw.close(); cerr != nil {
+			return cerr
+		}
 	}
-	return nil
+	return err
 }
 
 // EncryptOptions configure a new encrypted image.
@@ -544,38 +472,19 @@ func EncryptRaw(ctx context.Context, dst, src *os.File, o EncryptOptions) (heade
 // sector 0 at its start; every sector is encrypted, zeros included, since
 // raw LUKS has no allocation map. A qcow2 output embeds the LUKS header in
 // its own clusters, as qemu does, and stores only clusters holding
-// non-zero data, encrypted with IV sector = host offset / 512.
-// luks2SectorSize gives a LUKS2 header without a sector size the one
-// cryptsetup picks for a file, 4096 bytes, or 512 for data of size bytes
-// that is not whole 4096-byte sectors.
-func luks2SectorSize(p *header.Params, size int64) {
-	if p.Version == 2 && p.SectorSize == 0 {
-		p.SectorSize = header.DefaultLUKS2Sector
-		if size%header.DefaultLUKS2Sector != 0 {
-			p.SectorSize = SectorSize
-		}
-	}
-}
-
+// non-zero data, encrypted with IV sector = host offset / 512. A LUKS2
+// header without a sector size gets cryptsetup's for a file: 4096 bytes,
+// or 512 for an input that is not whole 4096-byte sectors.
 func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (header.Header, error) {
 	if o.Format == "" {
 		o.Format = src.Format
 	}
-	if o.Format == Qcow2 && o.Header.AlignSectors == 0 {
-		// qemu does not round the payload offset of an embedded header.
-		o.Header.AlignSectors = 8
-	}
-	if err := o.Format.CarriesVersion(o.Header.Version); err != nil {
+	out, err := outputOf(o.Format)
+	if err != nil {
 		return nil, err
 	}
-	if o.Header.Version == 2 {
-		luks2SectorSize(&o.Header, src.Size)
-	}
-	if o.HeaderFile != nil {
-		if o.Format == Qcow2 {
-			return nil, errors.New("a detached header goes with a raw output only")
-		}
-		o.Header.Detached = true
+	if err := out.params(&o.Header, src.Size, o.HeaderFile != nil); err != nil {
+		return nil, err
 	}
 	f, err := FormatHeader(o.Passphrase, o.Header)
 	if err != nil {
@@ -585,7 +494,7 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 	if o.HeaderMade != nil {
 		o.HeaderMade()
 	}
-	if err := EncryptTo(ctx, dst, src, f, o); err != nil {
+	if err := out.encrypt(ctx, dst, src, f, o); err != nil {
 		return nil, err
 	}
 	if o.HeaderFile != nil {
@@ -604,43 +513,11 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	if o.Format == "" {
 		o.Format = src.Format
 	}
-	if o.Format != Raw && o.Format != Qcow2 {
-		return fmt.Errorf("unknown output format %q (want raw or qcow2)", o.Format)
+	out, err := outputOf(o.Format)
+	if err != nil {
+		return err
 	}
-	if f.Key.Auth != nil {
-		if o.Format != Raw {
-			return fmt.Errorf("%w: %w", ErrAuthenticatedUnsupported, o.Format.CarriesVersion(2))
-		}
-		return encryptAuth(ctx, dst, src, f, o)
-	}
-	c := f.Key.Cipher
-	t := c.EncryptSectors
-	if o.Format == Qcow2 {
-		area, copied := f.wholeArea()
-		if copied {
-			defer clearArea(area)
-		}
-		return encryptQcow2(ctx, dst, src, area, t, o)
-	}
-	payload := f.Header.Info().PayloadOffset
-	// A header with payload offset 0 is detached: the caller stores it.
-	if payload > 0 {
-		if err := writeArea(dst, f.Area); err != nil {
-			return err
-		}
-	}
-	ss := c.Geometry().SectorSize
-	if src.Size%int64(ss) != 0 {
-		return fmt.Errorf("%w: the input of %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, src.Size, ss)
-	}
-	if err := dst.Truncate(payload + src.Size); err != nil {
-		return fmt.Errorf("failed to size output: %w", err)
-	}
-	ext := []sectors.Extent{{SrcOffset: 0, DstOffset: payload, Length: src.Size, Sector: rawIV(0)}}
-	so := o.Pipeline.options(src.Size, false)
-	so.SectorSize = ss
-	so.Unordered = true // dst is a new file
-	return sectors.Run(ctx, dst, src.guest, ext, t, so)
+	return out.encrypt(ctx, dst, src, f, o)
 }
 
 // newFile reports whether w is the new output file of a run (an

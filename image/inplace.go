@@ -239,13 +239,6 @@ func complete(j *journal, js JournalStore) error {
 	return nil
 }
 
-func writeSyncAt(s File, b []byte, off int64, what string) error {
-	if _, err := s.WriteAt(b, off); err != nil {
-		return fmt.Errorf("failed to write %s: %w", what, err)
-	}
-	return syncErr(s, what)
-}
-
 // EncryptInPlaceOptions configure EncryptInPlace.
 type EncryptInPlaceOptions struct {
 	Header     header.Params // as for Encrypt
@@ -521,10 +514,14 @@ func startDecrypt(img File, js JournalStore, passphrase []byte, slot int, o InPl
 	if err != nil {
 		return nil, err
 	}
-	if isQcow2(img) {
-		return nil, ErrInPlaceQcow2
+	if err := refuseQcow2(img); err != nil {
+		return nil, err
 	}
-	h, err := header.Read(img, 0, size)
+	loc, err := locateLUKS(img)
+	if err != nil {
+		return nil, err
+	}
+	h, err := header.Read(img, loc.area.off, loc.area.limit)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,12 @@ func rawIV(off int64) uint64 { return uint64(off) / sectors.UnitSize }
 // disk sector", the offset in the image file, not the guest offset.
 func qcowIV(host int64) uint64 { return uint64(host) / sectors.UnitSize }
 
+// integrityIV is the IV sector of the byte at plaintext offset off of an
+// authenticated image: logical sector N of the dm-integrity device, which
+// dm-crypt maps with offset 0 and iv_offset 0, so N is also the sector's
+// place in the plaintext (and the N its tag covers).
+func integrityIV(off int64) uint64 { return uint64(off) / sectors.UnitSize }
+
 // ivAfter is the IV sector of the byte n bytes after one whose IV sector is
 // first, within one contiguous encrypted run.
 func ivAfter(first uint64, n int64) uint64 { return first + uint64(n)/sectors.UnitSize }

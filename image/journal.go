@@ -16,7 +16,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -83,18 +82,6 @@ func (s sidecar) Remove() error {
 		return err
 	}
 	return syncDir(s.path)
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("failed to sync directory of %s: %w", path, err)
-	}
-	return nil
 }
 
 // Op names an in-place operation.
@@ -274,13 +261,6 @@ func (j *journal) writeState() error {
 		return fmt.Errorf("failed to write journal: %w", err)
 	}
 	return syncErr(j.s, "journal")
-}
-
-func syncErr(s File, what string) error {
-	if err := s.Sync(); err != nil {
-		return fmt.Errorf("failed to sync %s: %w", what, err)
-	}
-	return nil
 }
 
 // readState returns the valid state with the highest sequence number, or
@@ -478,26 +458,12 @@ func loadJournal(img File, js JournalStore, removeStale bool) (*journal, error) 
 // imageMarked reports whether the image has a marked header (LUKS\xde\xad,
 // or LUKS2's busy requirement) at the start or, for qcow2, in its LUKS area.
 func imageMarked(img File) (bool, error) {
-	size, err := storageSize(img)
+	loc, err := locateLUKS(img)
+	if errors.Is(err, ErrNotEncrypted) {
+		return false, nil // a plain qcow2 cannot be mid-operation
+	}
 	if err != nil {
 		return false, err
 	}
-	if m, err := header.Marked(img, 0, size); m || err != nil {
-		return m, err
-	}
-	return isQcow2Marked(img)
-}
-
-func closeStorage(s File) {
-	if c, ok := s.(io.Closer); ok {
-		c.Close()
-	}
-}
-
-func storageSize(s File) (int64, error) {
-	st, err := s.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), nil
+	return header.Marked(img, loc.area.off, loc.area.limit)
 }

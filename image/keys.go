@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/cryptimg/cryptimg/header"
-	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 var (
@@ -398,9 +397,10 @@ func (e *Encrypted) HeaderBackup(path string, force bool) error {
 		return fmt.Errorf("%w: header area is truncated", header.ErrCorrupt)
 	}
 	e.Header.Backup(buf)
-	if e.Qcow2 != nil && e.Qcow2.CryptLength < n {
-		// Whatever follows the qcow2 LUKS area is not part of it.
-		clear(buf[max(e.Qcow2.CryptLength, e.Header.Info().AreaSize):])
+	if lim := e.c.area().limit; lim < n {
+		// Whatever follows the LUKS area (a qcow2 image's) is not part
+		// of it.
+		clear(buf[max(lim, e.Header.Info().AreaSize):])
 	}
 	o, err := CreateOutput(path, force)
 	if err != nil {
@@ -454,28 +454,18 @@ func PrepareRestore(f *os.File, backupPath string) (*Restore, error) {
 		return nil, err
 	}
 	size := st.Size()
-	limit := int64(-1) // bytes available for the header area
+	var limit int64 // bytes available for the header area, -1 up to the payload
+	if r.offset, limit, err = restoreArea(f, size); err != nil {
+		return nil, err
+	}
 	e, err := Open(f)
 	if errors.Is(err, ErrDetached) {
 		e, err = OpenHeader(f) // a detached header file
 	}
 	if err == nil {
-		r.Current, r.offset = e.Header, e.HeaderOffset
-		if e.Qcow2 != nil {
-			limit = e.Qcow2.CryptLength
-		}
+		r.Current = e.Header
 	} else {
 		r.CurrentErr = err
-		if qcow2.IsQcow2(f) {
-			q, qerr := qcow2.Open(f, size)
-			if qerr != nil {
-				return nil, fmt.Errorf("cannot locate the LUKS area: %w", qerr)
-			}
-			if q.CryptMethod != qcow2.CryptLUKS {
-				return nil, fmt.Errorf("%w: qcow2 image is not LUKS-encrypted", header.ErrNotLUKS)
-			}
-			r.offset, limit = q.CryptOffset, q.CryptLength
-		}
 	}
 	n := min(int64(len(data)), bh.BackupSize())
 	bi := bh.Info()

@@ -420,11 +420,8 @@ func OpenPartition(f *os.File, index int) (*Encrypted, error) {
 	if payload >= size || (size-payload)%SectorSize != 0 {
 		return nil, fmt.Errorf("partition %d: %w: payload offset %d does not fit a %d-byte partition", index, ErrTruncated, payload, size)
 	}
-	return &Encrypted{
-		Format: Raw, Header: h, HeaderOffset: start,
-		PayloadOffset: start + payload, PayloadSize: size - payload,
-		FileSize: d.size, f: d.r,
-	}, nil
+	c := &rawContainer{luks: luksArea{r: d.r, off: start, limit: size}, data: d.r, base: start + payload, size: size - payload}
+	return newEncrypted(c, h, d.size), nil
 }
 
 // DecryptPartition writes to dst, an empty regular file, the disk image

@@ -15,7 +15,6 @@ import (
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/header/cipher"
-	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
@@ -65,100 +64,6 @@ type ReencryptOptions struct {
 // one, as a key derived from the master and UUID the image's key was
 // derived from is.
 var ErrSameVolumeKey = errors.New("the new volume key is the image's current one")
-
-func isQcow2(img io.ReaderAt) bool { return qcow2.IsQcow2(img) }
-
-// luksArea locates the LUKS header of an image given as File.
-type luksArea struct {
-	format Format
-	hf     File  // the file holding the header: the image, or a detached header
-	off    int64 // byte offset of the phdr in hf
-	limit  int64 // bytes the header area may take
-	qcow   *qcow2.Image
-}
-
-// locate is locateLUKS, or the detached header file hdr when it is set.
-func locate(img, hdr File) (*luksArea, error) {
-	if hdr == nil {
-		return locateLUKS(img)
-	}
-	size, err := storageSize(hdr)
-	if err != nil {
-		return nil, err
-	}
-	return &luksArea{format: Raw, hf: hdr, limit: size}, nil
-}
-
-func locateLUKS(img File) (*luksArea, error) {
-	size, err := storageSize(img)
-	if err != nil {
-		return nil, err
-	}
-	if !qcow2.IsQcow2(img) {
-		return &luksArea{format: Raw, hf: img, limit: size}, nil
-	}
-	im, err := qcow2.Open(img, size)
-	if err != nil {
-		return nil, err
-	}
-	if im.CryptMethod != qcow2.CryptLUKS {
-		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
-	}
-	return &luksArea{format: Qcow2, hf: img, off: im.CryptOffset, limit: im.CryptLength, qcow: im}, nil
-}
-
-func isQcow2Marked(img File) (bool, error) {
-	if !qcow2.IsQcow2(img) {
-		return false, nil
-	}
-	a, err := locateLUKS(img)
-	if errors.Is(err, ErrNotEncrypted) {
-		return false, nil // a plain qcow2 cannot be mid-reencryption
-	}
-	if err != nil {
-		return false, err
-	}
-	return header.Marked(img, a.off, a.limit)
-}
-
-// readPhdr reads the header at a.off, accepting the LUKS\xde\xad marking
-// of an unfinished reencryption.
-func (a *luksArea) readPhdr() (header.Header, error) {
-	return header.ReadMarked(a.hf, a.off, a.limit)
-}
-
-// detached reports a header in a file of its own.
-func (a *luksArea) detached(img File) bool { return a.hf != img }
-
-// dataExtents lists the encrypted data of the image in a fixed order, with
-// DstOffset the host offset and SrcOffset the position in the stream.
-func (a *luksArea) dataExtents(img File, h header.Header) ([]sectors.Extent, int64, error) {
-	if a.format == Raw {
-		size, err := storageSize(img)
-		if err != nil {
-			return nil, 0, err
-		}
-		p := h.Info().PayloadOffset
-		if (p == 0 && !a.detached(img)) || size < p || (size-p)%SectorSize != 0 {
-			return nil, 0, fmt.Errorf("%w: payload does not fit the file", ErrTruncated)
-		}
-		return []sectors.Extent{{SrcOffset: 0, DstOffset: p, Length: size - p, Sector: rawIV(0)}}, size - p, nil
-	}
-	ext, err := a.qcow.Extents(img)
-	if err != nil {
-		return nil, 0, err
-	}
-	var out []sectors.Extent
-	var pos int64
-	for _, x := range ext {
-		if x.Kind != qcow2.Data {
-			continue
-		}
-		out = append(out, sectors.Extent{SrcOffset: pos, DstOffset: x.HostOffset, Length: x.Length, Sector: qcowIV(x.HostOffset)})
-		pos += x.Length
-	}
-	return out, pos, nil
-}
 
 // slice returns the parts of the stream [off, off+n) with SrcOffset made
 // relative to off.
@@ -220,7 +125,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	if err != nil {
 		return nil, err
 	}
-	if loc.off != st.HdrOff {
+	if loc.area.off != st.HdrOff {
 		return nil, fmt.Errorf("%w: LUKS header moved", ErrJournalCorrupt)
 	}
 	c := &converter{img: img, j: j, p: o.Pipeline}
@@ -229,8 +134,12 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 		if err != nil {
 			return nil, err
 		}
-		if oh.Info().Integrity != "" {
-			clearAuth, err := c.authSteps(img, loc, oh, nh, area, o)
+		ct, err := loc.container(oh)
+		if err != nil {
+			return nil, err
+		}
+		if g := ct.tagLayout(); g != nil {
+			clearAuth, err := c.authSteps(img, loc, ct, g, oh, nh, area, o)
 			if err != nil {
 				return nil, err
 			}
@@ -242,7 +151,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 			}
 			defer oldC.Clear()
 			defer newC.Clear()
-			exts, total, err := loc.dataExtents(img, oh)
+			exts, total, err := inPlaceExtents(ct)
 			if err != nil {
 				return nil, err
 			}
@@ -250,7 +159,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 				return nil, fmt.Errorf("%w: image data is %d bytes, journal says %d", ErrJournalCorrupt, total, st.DataLen)
 			}
 			// Mark the image (idempotent): LUKS1's magic, LUKS2's requirement.
-			if err := applyMark(loc.hf, loc.off, oh); err != nil {
+			if err := applyMark(loc.hf, loc.area.off, oh); err != nil {
 				return nil, err
 			}
 			ss := int64(oh.Info().SectorSize)
@@ -278,7 +187,7 @@ func Reencrypt(ctx context.Context, img File, js JournalStore, o ReencryptOption
 	if err := c.run(ctx); err != nil {
 		return nil, err
 	}
-	return &Result{Op: OpReencrypt, Format: loc.format, Header: nh, Bytes: st.DataLen, Resumed: resumed, Kept: kept, Removed: removed}, nil
+	return &Result{Op: OpReencrypt, Format: loc.format(), Header: nh, Bytes: st.DataLen, Resumed: resumed, Kept: kept, Removed: removed}, nil
 }
 
 // sameSpotWindows sets c's steps for a conversion whose every sector is
@@ -488,7 +397,7 @@ func applyMark(img File, base int64, h header.Header) error {
 
 // reencryptCiphers unlocks the old key from the image and the new one from
 // the journal's header area with the first passphrase that opens each.
-func reencryptCiphers(img File, loc *luksArea, oh, nh header.Header, area []byte, passes [][]byte) (oldC, newC cipher.Sector, err error) {
+func reencryptCiphers(img File, loc *located, oh, nh header.Header, area []byte, passes [][]byte) (oldC, newC cipher.Sector, err error) {
 	unlock := func(h header.Header, r io.ReaderAt, base int64) (cipher.Sector, error) {
 		err := header.ErrNoMatchingKeyslot
 		for _, p := range passes {
@@ -505,7 +414,7 @@ func reencryptCiphers(img File, loc *luksArea, oh, nh header.Header, area []byte
 		}
 		return nil, err
 	}
-	if oldC, err = unlock(oh, loc.hf, loc.off); err != nil {
+	if oldC, err = unlock(oh, loc.hf, loc.area.off); err != nil {
 		return nil, nil, err
 	}
 	if newC, err = unlock(nh, bytes.NewReader(area), 0); err != nil {
@@ -520,17 +429,16 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	oh, err := header.Read(loc.hf, loc.off, loc.limit)
+	oh, err := header.Read(loc.hf, loc.area.off, loc.area.limit)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	auth := oh.Info().Integrity != ""
-	var total int64
-	if auth {
-		_, _, total, err = loc.authLayout(img, oh)
-	} else {
-		_, total, err = loc.dataExtents(img, oh)
+	ct, err := loc.container(oh)
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	auth := ct.tagLayout() != nil
+	_, total, err := inPlaceExtents(ct)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -543,7 +451,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 		return nil, nil, nil, err
 	}
 	for i, p := range o.Passphrases {
-		vk, slot, err := oh.Unlock(loc.hf, loc.off, p, -1)
+		vk, slot, err := oh.Unlock(loc.hf, loc.area.off, p, -1)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("key %d: %w", i+1, err)
 		}
@@ -601,11 +509,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 			return nil, nil, nil, err
 		}
 	}
-	room := loc.limit
-	if loc.format == Raw && !loc.detached(img) {
-		room = oi.PayloadOffset
-	}
-	_, vk, area, err := oh.Rekey(p, slotOf, room)
+	_, vk, area, err := oh.Rekey(p, slotOf, ct.room())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -613,7 +517,7 @@ func startReencrypt(img File, js JournalStore, o ReencryptOptions) (*journal, []
 	w := alignWindow(o.window(0), int64(oi.SectorSize))
 	st := &state{
 		Op: OpReencrypt, ImageSize: total, FinalSize: total, DataLen: total,
-		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.off,
+		Window: w, Windows: ceilDiv(total, w), RecordLen: recordLen(w, true), HdrOff: loc.area.off,
 	}
 	if auth {
 		m, _ := authTagMode(oh)

@@ -16,40 +16,6 @@ import (
 	"github.com/cryptimg/cryptimg/sectors"
 )
 
-// authLayout is the integrity geometry of the authenticated image img
-// under h and its data extents as dataExtents gives them (stream offset
-// N*512, host offset where the integrity layout keeps sector N, N as the
-// extent's sector), with the data length.
-func (a *luksArea) authLayout(img File, h header.Header) (*integrity.Geometry, []sectors.Extent, int64, error) {
-	if a.format != Raw {
-		return nil, nil, 0, fmt.Errorf("%w: qcow2", ErrAuthenticatedUnsupported)
-	}
-	size, err := storageSize(img)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	g, _, err := integrity.Read(img, uint64(h.Info().PayloadOffset/512), uint64(size/512))
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	m, err := authTagMode(h)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if err := g.Check(m.TagSize, h.Info().SectorSize); err != nil {
-		return nil, nil, 0, err
-	}
-	if err := checkJournal(img, g); err != nil {
-		return nil, nil, 0, err
-	}
-	var ext []sectors.Extent
-	for _, x := range authExtents(g) {
-		x.SrcOffset, x.DstOffset = x.DstOffset, x.SrcOffset
-		ext = append(ext, x)
-	}
-	return g, ext, int64(g.DataSectors()) * 512, nil
-}
-
 // authRecordLen is the record of an authenticated reencryption: the
 // fingerprints and the window's new tags.
 func authRecordLen(window, sectorSize int64, tagSize int) int64 {
@@ -58,7 +24,7 @@ func authRecordLen(window, sectorSize int64, tagSize int) int64 {
 }
 
 // reencryptAuthCiphers is reencryptCiphers for authenticated headers.
-func reencryptAuthCiphers(loc *luksArea, oh, nh header.Header, area []byte, passes [][]byte) (oldA, newA cipher.AuthSector, err error) {
+func reencryptAuthCiphers(loc *located, oh, nh header.Header, area []byte, passes [][]byte) (oldA, newA cipher.AuthSector, err error) {
 	unlock := func(h header.Header, r interface {
 		ReadAt([]byte, int64) (int, error)
 	}, base int64) (cipher.AuthSector, error) {
@@ -77,7 +43,7 @@ func reencryptAuthCiphers(loc *luksArea, oh, nh header.Header, area []byte, pass
 		}
 		return nil, err
 	}
-	if oldA, err = unlock(oh, loc.hf, loc.off); err != nil {
+	if oldA, err = unlock(oh, loc.hf, loc.area.off); err != nil {
 		return nil, nil, err
 	}
 	if newA, err = unlock(nh, bytes.NewReader(area), 0); err != nil {
@@ -235,9 +201,9 @@ func authWindows(c *converter, img File, g *integrity.Geometry, exts []sectors.E
 // authSteps unlocks both headers of an authenticated reencryption, checks
 // the layout against the journal, marks the image and sets c's steps. The
 // returned function clears the ciphers.
-func (c *converter) authSteps(img File, loc *luksArea, oh, nh header.Header, area []byte, o ReencryptOptions) (func(), error) {
+func (c *converter) authSteps(img File, loc *located, ct container, g *integrity.Geometry, oh, nh header.Header, area []byte, o ReencryptOptions) (func(), error) {
 	st := c.j.st
-	g, exts, total, err := loc.authLayout(img, oh)
+	exts, total, err := inPlaceExtents(ct)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +224,7 @@ func (c *converter) authSteps(img File, loc *luksArea, oh, nh header.Header, are
 		done()
 		return nil, fmt.Errorf("%w: %d-byte windows and %d-byte records for %d-byte sectors", ErrJournalCorrupt, st.Window, st.RecordLen, ss)
 	}
-	if err := applyMark(loc.hf, loc.off, oh); err != nil {
+	if err := applyMark(loc.hf, loc.area.off, oh); err != nil {
 		done()
 		return nil, err
 	}

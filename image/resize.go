@@ -17,9 +17,6 @@ package image
 import (
 	"errors"
 	"fmt"
-
-	"github.com/cryptimg/cryptimg/header"
-	"github.com/cryptimg/cryptimg/image/qcow2"
 )
 
 var (
@@ -83,7 +80,7 @@ func (r ResizeResult) Changed() bool { return r.OldSize != r.NewSize }
 func (e *Encrypted) Resize(size int64, o ResizeOptions) (ResizeResult, error) {
 	i := e.Header.Info()
 	r := ResizeResult{OldSize: e.PayloadSize, NewSize: size, Format: e.Format, FixedSegment: i.PayloadSize != 0}
-	if e.auth != nil || i.Integrity != "" {
+	if i.Integrity != "" {
 		return r, fmt.Errorf("resizing: %w (the integrity tags and journal would have to be laid out again)", ErrAuthenticatedUnsupported)
 	}
 	if size <= 0 {
@@ -92,7 +89,7 @@ func (e *Encrypted) Resize(size int64, o ResizeOptions) (ResizeResult, error) {
 	if size%int64(i.SectorSize) != 0 {
 		return r, fmt.Errorf("%w: %d bytes is not a whole number of %d-byte sectors", ErrUnaligned, size, i.SectorSize)
 	}
-	f, ok := e.f.(File)
+	f, ok := e.c.file().(File)
 	if !ok {
 		return r, errors.New("image: resizing needs the image opened read-write from a file")
 	}
@@ -102,163 +99,5 @@ func (e *Encrypted) Resize(size int64, o ResizeOptions) (ResizeResult, error) {
 	if size < r.OldSize && !o.Shrink {
 		return r, fmt.Errorf("%w (%d bytes now, %d asked for)", ErrShrink, r.OldSize, size)
 	}
-	var err error
-	if e.Format == Qcow2 {
-		err = e.resizeQcow2(f, size, o)
-	} else {
-		err = e.resizeRaw(f, size)
-	}
-	return r, err
-}
-
-func (e *Encrypted) resizeRaw(f File, size int64) error {
-	fixed := e.Header.Info().PayloadSize != 0
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	fileSize, oldEnd, end := st.Size(), e.PayloadOffset+e.PayloadSize, e.PayloadOffset+size
-	if end < e.PayloadOffset {
-		return fmt.Errorf("image: a payload of %d bytes at %d does not fit in a file", size, e.PayloadOffset)
-	}
-	segment := func() error {
-		if !fixed {
-			return nil
-		}
-		l2, ok := e.Header.(*header.LUKS2)
-		if !ok {
-			return fmt.Errorf("image: internal error: a fixed-size payload in a %T header", e.Header)
-		}
-		return e.Apply(l2.WithDataSize(size))
-	}
-	cut := func(to int64) error {
-		if err := f.Truncate(to); err != nil {
-			return fmt.Errorf("failed to resize %s: %w", nameOf(f), err)
-		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("failed to sync %s: %w", nameOf(f), err)
-		}
-		fileSize = to
-		return nil
-	}
-	if size > e.PayloadSize {
-		// The file first: until the metadata says so, the extension is
-		// not part of a fixed segment.
-		if end > fileSize {
-			if err := cut(end); err != nil {
-				return err
-			}
-		}
-		if err := segment(); err != nil {
-			return err
-		}
-	} else {
-		// The metadata first: the file then holds more than the segment.
-		if err := segment(); err != nil {
-			return err
-		}
-		if fileSize > end && (!fixed || fileSize == oldEnd) {
-			if err := cut(end); err != nil {
-				return err
-			}
-		}
-	}
-	e.PayloadSize, e.FileSize = size, fileSize
-	return nil
-}
-
-func (e *Encrypted) resizeQcow2(f File, size int64, o ResizeOptions) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	ed, err := qcow2.OpenEdit(f, st.Size())
-	if err != nil {
-		return err
-	}
-	old := e.PayloadSize
-	if size < old {
-		if !o.DataLoss {
-			if at, ok, err := storedFrom(ed, size); err != nil {
-				return err
-			} else if ok {
-				return fmt.Errorf("%w (data at guest offset %d, the new size is %d)", ErrDataLoss, at, size)
-			}
-		}
-		err = ed.Resize(size, f.Truncate)
-	} else {
-		if err := e.zeroTail(ed, f, o.Key); err != nil {
-			return err
-		}
-		err = ed.Resize(size, nil)
-	}
-	if err != nil {
-		return err
-	}
-	if st, err = f.Stat(); err != nil {
-		return err
-	}
-	im, err := qcow2.Open(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("image: the resized qcow2 image does not read back: %w", err)
-	}
-	e.qcow, e.Qcow2, e.PayloadSize, e.FileSize = im, im, im.Size, st.Size()
-	return nil
-}
-
-// storedFrom reports the first guest offset at or after from that holds
-// stored data (a data or compressed cluster).
-func storedFrom(ed *qcow2.Editor, from int64) (int64, bool, error) {
-	size := ed.Image().Size
-	for pos := from; pos < size; {
-		m, err := ed.Lookup(pos, size-pos)
-		if err != nil {
-			return 0, false, err
-		}
-		if m.Kind == qcow2.Data || m.Kind == qcow2.Compressed {
-			return max(pos, m.GuestOffset), true, nil
-		}
-		pos = m.GuestOffset + m.Length
-	}
-	return 0, false, nil
-}
-
-// zeroTail overwrites the host bytes of the last guest cluster past the
-// old size with encrypted zeros, when that cluster is stored in place, so
-// that a grown image reads zeros there: the bytes were never part of the
-// image (qemu leaves them as they are). They are synced before the header
-// makes them visible.
-func (e *Encrypted) zeroTail(ed *qcow2.Editor, f File, k *Key) error {
-	old, cs := ed.Image().Size, ed.Image().ClusterSize
-	if old%cs == 0 {
-		return nil
-	}
-	m, err := ed.Lookup(old-1, 1)
-	if err != nil {
-		return err
-	}
-	if m.Kind != qcow2.Data || !m.InPlace {
-		return nil
-	}
-	if k == nil {
-		return ErrKeyNeeded
-	}
-	host := m.HostOffset + old - m.GuestOffset // the host byte of the old end
-	n := cs - old%cs
-	buf := make([]byte, n)
-	if err := k.Cipher.EncryptSectors(buf, make([]byte, n), qcowIV(host)); err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(buf, host); err != nil {
-		return fmt.Errorf("failed to write %s: %w", nameOf(f), err)
-	}
-	return f.Sync()
-}
-
-// nameOf names a file in messages.
-func nameOf(f any) string {
-	if n, ok := f.(interface{ Name() string }); ok {
-		return n.Name()
-	}
-	return "the image"
+	return r, e.c.resize(e, f, size, o)
 }

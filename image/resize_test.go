@@ -355,24 +355,14 @@ func TestResizeDetached(t *testing.T) {
 // openFault opens the image held by ff as Open would open its file.
 func openFault(t *testing.T, ff *faultFile, format Format) *Encrypted {
 	t.Helper()
-	size := int64(len(ff.cur))
-	if format == Raw {
-		e, err := openRaw(namedFault{ff}, size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	im, err := qcow2.Open(ff, size)
+	e, err := openImage(namedFault{ff}, int64(len(ff.cur)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := header.Read(ff, im.CryptOffset, im.CryptLength)
-	if err != nil {
-		t.Fatal(err)
+	if e.Format != format {
+		t.Fatalf("opened a %s image as %s", format, e.Format)
 	}
-	return &Encrypted{Format: Qcow2, Header: h, HeaderOffset: im.CryptOffset, PayloadSize: im.Size, FileSize: size,
-		Qcow2: im, f: namedFault{ff}, qcow: im}
+	return e
 }
 
 // TestResizePowerLoss cuts the power before every write, truncate and sync

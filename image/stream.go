@@ -97,7 +97,8 @@ func OpenStream(r io.Reader) (*Encrypted, io.Reader, error) {
 	if i.PayloadOffset != int64(len(buf)) {
 		return nil, nil, fmt.Errorf("%w: the payload is at %d, the stream was read to %d", header.ErrCorrupt, i.PayloadOffset, len(buf))
 	}
-	e := &Encrypted{Format: Raw, Header: h, PayloadOffset: i.PayloadOffset, PayloadSize: i.PayloadSize, f: bytes.NewReader(buf)}
+	hr := bytes.NewReader(buf)
+	e := newEncrypted(&rawContainer{luks: luksArea{r: hr, limit: int64(len(buf))}, data: hr, base: i.PayloadOffset, size: i.PayloadSize}, h, 0)
 	if i.PayloadSize != 0 {
 		r = io.LimitReader(r, i.PayloadSize)
 	}
@@ -125,19 +126,10 @@ func (e *Encrypted) DecryptStream(ctx context.Context, w io.Writer, payload io.R
 // DecryptStream, the workers read the file themselves, in parallel; only
 // the writes to w are in order.
 func (e *Encrypted) DecryptFileStream(ctx context.Context, w io.Writer, k *Key, p Pipeline) (int64, error) {
-	if e.Format != Raw || e.auth != nil {
-		return 0, fmt.Errorf("image: DecryptFileStream of a %s image with integrity %v", e.Format, e.auth != nil)
+	if e.c == nil || e.Authenticated() {
+		return 0, fmt.Errorf("image: DecryptFileStream of a %s image with integrity %v", e.Format, e.Authenticated())
 	}
-	c := k.Cipher
-	so := sectors.Options{Jobs: p.Jobs, ChunkSize: p.ChunkSize, SectorSize: c.Geometry().SectorSize, Collect: true}
-	if p.Progress != nil {
-		p.Progress(0, e.PayloadSize)
-		so.Progress = func(d int64) { p.Progress(d, e.PayloadSize) }
-	}
-	sw := &streamAt{w: w}
-	ext := []sectors.Extent{{SrcOffset: e.PayloadOffset, Length: e.PayloadSize, Sector: rawIV(0)}}
-	err := sectors.Run(ctx, sw, e.f, ext, c.DecryptSectors, so)
-	return sw.off, err
+	return e.c.stream(ctx, w, k, p, false)
 }
 
 // streamAt writes the chunks of an ordered sectors.Run to a stream: they

@@ -55,21 +55,7 @@ func (e *Encrypted) View(f *os.File, k *Key, readOnly bool) (View, error) {
 	if k == nil || k.Cipher == nil {
 		panic("image: View with a nil key")
 	}
-	switch e.Format {
-	case Raw:
-		if e.auth != nil {
-			return newAuthView(f, k.Auth, e.auth, readOnly), nil
-		}
-		return newRawView(f, k.Cipher, e.PayloadOffset, e.PayloadSize, readOnly), nil
-	case Qcow2:
-		st, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		return newQcowView(f, k.Cipher, st.Size(), readOnly)
-	default:
-		return nil, fmt.Errorf("image: no plaintext view for %s images yet", e.Format)
-	}
+	return e.c.view(f, k, readOnly)
 }
 
 // KeyFromVolume builds a Key from a raw volume key, checked against the

@@ -29,15 +29,13 @@ type qcowView struct {
 	alloc sync.Mutex // serialises allocations (and their re-checks)
 }
 
+// newQcowView is the view of the qcow2+LUKS image f (qcowContainer.view).
 func newQcowView(f *os.File, c cipher.Sector, fileSize int64, readOnly bool) (*qcowView, error) {
 	ed, err := qcow2.OpenEdit(f, fileSize)
 	if err != nil {
 		return nil, err
 	}
-	im := ed.Image()
-	if im.CryptMethod != qcow2.CryptLUKS {
-		return nil, fmt.Errorf("%w: qcow2 image with crypt method %d (want LUKS)", ErrNotEncrypted, im.CryptMethod)
-	}
+	im := ed.Image() // a qcow2+LUKS image: its container found the LUKS area
 	if im.Dirty && !readOnly {
 		// Refuse now rather than fail the first write that allocates.
 		return nil, fmt.Errorf("%w: the image is marked dirty (a qemu that used lazy refcounts did not close it), so its refcounts may be stale; repair it with qemu-img check -r all, or open it read-only", qcow2.ErrUnsupported)
