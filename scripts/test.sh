@@ -26,6 +26,9 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v dmsetup >/dev/null || need+=(dmsetup)
 # systemd-cryptenroll: the reference for enroll --wipe-slot.
 command -v systemd-cryptenroll >/dev/null || need+=(systemd)
+# systemd-dissect: the oracle of verity format --partition (as root, with
+# loop devices).
+command -v systemd-dissect >/dev/null || need+=(systemd-container)
 # swtpm and tpm2-tools: the systemd-tpm2 oracles (header/token/tpm2).
 command -v swtpm >/dev/null || need+=(swtpm swtpm-tools)
 command -v tpm2_import >/dev/null || need+=(tpm2-tools)
