@@ -30,7 +30,8 @@ import (
 // discoverable is one architecture's partition types of the Discoverable
 // Partitions Specification: the data type and its verity and verity
 // signature types, as systemd 252 (src/shared/gpt.c, systemd-id128 show)
-// lists them.
+// lists them (without its host-dependent aliases "native" and
+// "secondary").
 type discoverable struct {
 	name, data, verity, sig string
 }
@@ -54,7 +55,6 @@ var discoverableTypes = []discoverable{
 	{"root-riscv64", "72ec70a6-cf74-40e6-bd49-4bda08e8f224", "b6ed5582-440b-4209-b8da-5ff7c419ea3d", "efe0f087-ea8d-4469-821a-4c2a96a8386a"},
 	{"root-s390", "08a7acea-624c-4a20-91e8-6e0fa67d23f9", "7ac63b47-b25c-463b-8df8-b4a94e6c90e1", "3482388e-4254-435a-a241-766a065f9960"},
 	{"root-s390x", "5eead9a9-fe09-4a1e-a1d7-520d00531306", "b325bfbe-c7be-4ab8-8357-139e652d2f6b", "c80187a5-73a3-491a-901a-017c3fa953e9"},
-	{"root-secondary", "44479540-f297-41b2-9af7-d131d5f0458a", "d13c5d3b-b5d1-422a-b29f-9454fdc89d76", "5996fc05-109c-48de-808b-23fa0830b676"},
 	{"root-tilegx", "c50cdd70-3862-4cc3-90e1-809a8c93ee2c", "966061ec-28e4-4b2e-b4a5-1f0a825a1d84", "b3671439-97b0-4a53-90f7-2d5a8f3ad47b"},
 	{"root-x86", "44479540-f297-41b2-9af7-d131d5f0458a", "d13c5d3b-b5d1-422a-b29f-9454fdc89d76", "5996fc05-109c-48de-808b-23fa0830b676"},
 	{"root-x86-64", "4f68bce3-e8cd-4db1-96e7-fbcaf984b709", "2c7357ed-ebd2-46d9-aec1-23d437ec2bf5", "41092b05-9fc8-4523-994f-2def0408b176"},
@@ -76,7 +76,6 @@ var discoverableTypes = []discoverable{
 	{"usr-riscv64", "beaec34b-8442-439b-a40b-984381ed097d", "8f1056be-9b05-47c4-81d6-be53128e5b54", "d2f9000a-7a18-453f-b5cd-4d32f77a7b32"},
 	{"usr-s390", "cd0f869b-d0fb-4ca0-b141-9ea87cc78d66", "b663c618-e7bc-4d6d-90aa-11b756bb1797", "17440e4f-a8d0-467f-a46e-3912ae6ef2c5"},
 	{"usr-s390x", "8a4f5770-50aa-4ed3-874a-99b710db6fea", "31741cc4-1a2a-4111-a581-e00b447d2d06", "3f324816-667b-46ae-86ee-9b0c0c6c11b4"},
-	{"usr-secondary", "75250d76-8cc6-458e-bd66-bd47cc81a812", "8f461b0d-14ee-4e81-9aa9-049b6fb97abd", "974a71c0-de41-43c3-be5d-5c5ccd1ad2c0"},
 	{"usr-tilegx", "55497029-c7c1-44cc-aa39-815ed1558630", "2fb4bf56-07fa-42da-8132-6b139f2026ae", "4ede75e2-6ccc-4cc8-b9c7-70334b087510"},
 	{"usr-x86", "75250d76-8cc6-458e-bd66-bd47cc81a812", "8f461b0d-14ee-4e81-9aa9-049b6fb97abd", "974a71c0-de41-43c3-be5d-5c5ccd1ad2c0"},
 	{"usr-x86-64", "8484680c-9521-48c6-9c11-b0720656f69e", "77ff5f63-e7b6-4633-acf4-1565b864c0e6", "e7bb33fb-06cf-4e81-8273-e543b413e2e2"},
