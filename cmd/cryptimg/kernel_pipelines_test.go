@@ -11,12 +11,14 @@ import "testing"
 // images made by create and written on the host, and clones with new or
 // derived keys, open and read back (kernelCreateCloneChecks); veritysetup
 // open maps data through cryptimg's verity trees and fails the read of a
-// changed block (kernelVerityChecks).
+// changed block (kernelVerityChecks), also from the two partitions verity
+// format --partition made in a GPT disk (kernelVerityPartitionChecks).
 func TestKernelPipelines(t *testing.T) {
 	o := newOracle(t)
 	kernelResizeChecks(t, o, t.TempDir())
 	kernelMBRChecks(t, o, t.TempDir())
 	kernelCreateCloneChecks(t, o, t.TempDir())
 	kernelVerityChecks(t, o, t.TempDir())
+	kernelVerityPartitionChecks(t, o, t.TempDir())
 	o.run()
 }
