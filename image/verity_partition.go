@@ -2,6 +2,8 @@ package image
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,6 +124,12 @@ type VerityPartitionOptions struct {
 	// DataBlocks 0 means all whole blocks of the data partition.
 	Params verity.Params
 	Verity verity.Options
+	// Signer and Certificate, when set, sign the root hash into a new
+	// signature partition of the root-verity-sig or usr-verity-sig type
+	// (SignRootHash, VeritySignatureContent), 16 KiB as systemd-repart
+	// makes it, with a random UUID and the read-only flag.
+	Signer      crypto.Signer
+	Certificate *x509.Certificate
 }
 
 // VerityPartitionResult describes what FormatVerityPartition wrote.
@@ -139,6 +147,11 @@ type VerityPartitionResult struct {
 	DataStart, HashStart, HashSize int64
 	// NewHash: the hash partition was added.
 	NewHash bool
+	// Sig is the signature partition's GPT index (0: none), SigStart its
+	// byte offset, SigType its type GUID.
+	Sig      int
+	SigStart int64
+	SigType  string
 }
 
 // RootHashUUIDs splits a root hash into the data and hash partitions'
@@ -238,15 +251,7 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 		if err != nil {
 			return nil, err
 		}
-		index := 0
-		for i := 1; i <= entries && index == 0; i++ {
-			index = i
-			for _, q := range have {
-				if q == i {
-					index = 0
-				}
-			}
-		}
+		index := freeEntry(have, entries)
 		if index == 0 {
 			return nil, fmt.Errorf("%w: the GPT has no free entry", ErrNoSpace)
 		}
@@ -274,6 +279,35 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	if res.HashStart+res.HashSize > st.Size() {
 		return nil, fmt.Errorf("partition %d ends past the end of the image", hash.Index)
 	}
+	var sig *gpt.Partition
+	if o.Signer != nil || o.Certificate != nil {
+		if _, err := signerAlgorithm(o.Signer, o.Certificate); err != nil {
+			return nil, err
+		}
+		_, _, sigType, ok := VerityTypes(string(data.Type))
+		if !ok {
+			return nil, fmt.Errorf("partition %d has type %s, not a root or usr partition type of the Discoverable Partitions Specification: it has no signature partition type", o.Data, strings.ToLower(string(data.Type)))
+		}
+		first, last, entries, err := gptLimits(f)
+		if err != nil {
+			return nil, err
+		}
+		parts := t.Partitions
+		used := have
+		if res.NewHash {
+			parts = append(parts[:len(parts):len(parts)], hash)
+			used = append(used[:len(used):len(used)], hash.Index)
+		}
+		index := freeEntry(used, entries)
+		start, fits := freeGap(parts, first, last, VeritySigSize/SectorSize)
+		if index == 0 || !fits {
+			return nil, fmt.Errorf("%w: no room for a %d-byte signature partition", ErrNoSpace, VeritySigSize)
+		}
+		sig = &gpt.Partition{Index: index, Start: start, End: start + VeritySigSize/SectorSize - 1, Size: VeritySigSize,
+			Type: gpt.Type(strings.ToUpper(sigType)), Name: typeName + "-verity-sig", GUID: strings.ToUpper(uuid.NewString()),
+			Attributes: gptAttrReadOnly}
+		res.Sig, res.SigStart, res.SigType = index, int64(start)*SectorSize, sigType
+	}
 
 	// The tree first: until the table names it, a new partition's area is
 	// free space.
@@ -282,6 +316,22 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	root, err := verity.Format(ctx, dr, hw, p, o.Verity)
 	if err != nil {
 		return nil, err
+	}
+	if sig != nil {
+		der, err := SignRootHash(root, o.Signer, o.Certificate)
+		if err != nil {
+			return nil, err
+		}
+		b, err := VeritySignatureContent(root, der, o.Certificate)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > VeritySigSize {
+			return nil, fmt.Errorf("the signature's JSON (%d bytes) does not fit in %d bytes", len(b), VeritySigSize)
+		}
+		if _, err := f.WriteAt(append(b, make([]byte, VeritySigSize-len(b))...), res.SigStart); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		return nil, err
@@ -295,6 +345,9 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	if res.NewHash {
 		t.Partitions = append(t.Partitions, hash)
 	}
+	if sig != nil {
+		t.Partitions = append(t.Partitions, sig)
+	}
 	// Sector 0 stays as it is: the disk's size does not change.
 	t.ProtectiveMBR = false
 	if err := t.Write(f, st.Size()); err != nil {
@@ -302,6 +355,23 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	}
 	res.RootHash, res.Params, res.Geometry, res.HashType = root, p, g, hashType
 	return res, nil
+}
+
+// freeEntry returns the lowest GPT entry index (1-based, at most entries)
+// that used lacks, or 0.
+func freeEntry(used []int, entries int) int {
+	for i := 1; i <= entries; i++ {
+		free := true
+		for _, q := range used {
+			if q == i {
+				free = false
+			}
+		}
+		if free {
+			return i
+		}
+	}
+	return 0
 }
 
 // freeGap finds the first 1 MiB-aligned run of n free sectors between

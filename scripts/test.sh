@@ -29,6 +29,8 @@ command -v systemd-cryptenroll >/dev/null || need+=(systemd)
 # systemd-dissect: the oracle of verity format --partition (as root, with
 # loop devices).
 command -v systemd-dissect >/dev/null || need+=(systemd-container)
+# openssl cms -verify: the oracle of the verity signature partition.
+command -v openssl >/dev/null || need+=(openssl)
 # swtpm and tpm2-tools: the systemd-tpm2 oracles (header/token/tpm2).
 command -v swtpm >/dev/null || need+=(swtpm swtpm-tools)
 command -v tpm2_import >/dev/null || need+=(tpm2-tools)
