@@ -178,7 +178,8 @@ func gptLimits(f *os.File) (first, last uint64, entries int, err error) {
 // FormatVerityPartition builds the dm-verity tree of partition o.Data of
 // the raw GPT disk image f into a hash partition, and gives both
 // partitions the UUIDs the root hash sets (and the hash partition its
-// type), as systemd-repart does. The tree goes to disk (and is synced)
+// type), as systemd-repart does. The hash partition is zeroed, then holds
+// the superblock and the tree only. The tree goes to disk (and is synced)
 // before the partition table changes; the table's update writes and syncs
 // the backup copy, then the primary. f must be open read-write, and its
 // caller holds it exclusively.
@@ -313,6 +314,13 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	// free space.
 	dr := &window{f: f, off: res.DataStart, size: dataSize}
 	hw := &window{f: f, off: res.HashStart, size: res.HashSize}
+	// Zeros first: veritysetup leaves the bytes between the superblock
+	// and the tree, and after the tree, as they were; here they are the
+	// partition's, and zero, so that the same data, salt and UUID give the
+	// same partition.
+	if err := zeroRange(ctx, f, res.HashStart, res.HashSize); err != nil {
+		return nil, err
+	}
 	root, err := verity.Format(ctx, dr, hw, p, o.Verity)
 	if err != nil {
 		return nil, err
@@ -355,6 +363,20 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	}
 	res.RootHash, res.Params, res.Geometry, res.HashType = root, p, g, hashType
 	return res, nil
+}
+
+// zeroRange writes zeros over n bytes of f from off.
+func zeroRange(ctx context.Context, f *os.File, off, n int64) error {
+	z := make([]byte, min(n, 1<<20))
+	for done := int64(0); done < n; done += int64(len(z)) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := f.WriteAt(z[:min(int64(len(z)), n-done)], off+done); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freeEntry returns the lowest GPT entry index (1-based, at most entries)
@@ -423,4 +445,74 @@ func (w *window) WriteAt(b []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("write of %d bytes at %d past the end of the %d-byte partition", len(b), off, w.size)
 	}
 	return w.f.WriteAt(b, w.off+off)
+}
+
+// VerifyVerityPartition checks partition data of the raw GPT disk image f
+// and its tree against root, as verity.Verify does. With hash 0 the hash
+// partition is the one whose UUID is root's last 128 bits, and the data
+// partition's UUID must be root's first 128 bits, as systemd finds them;
+// a partition that does not match is a verity.ErrCorrupt. With hash given
+// the UUIDs are not looked at. The parameters come from the superblock at
+// the hash partition's start.
+func VerifyVerityPartition(ctx context.Context, f *os.File, root []byte, data, hash int, o verity.Options) (*VerityPartitionResult, error) {
+	if len(root) < 16 {
+		return nil, fmt.Errorf("%w: a root hash of %d bytes", verity.ErrInvalid, len(root))
+	}
+	head := make([]byte, 2*SectorSize)
+	if _, err := f.ReadAt(head, 0); err != nil || !claimsGPT(head) {
+		return nil, fmt.Errorf("%w: not a GPT disk", ErrNoTable)
+	}
+	t, err := gpt.Read(f, SectorSize, SectorSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no valid GPT: %w", ErrNoTable, err)
+	}
+	dataUUID, hashUUID := RootHashUUIDs(root)
+	var have []int
+	var dp, hp *gpt.Partition
+	for _, q := range t.Partitions {
+		if q.Type == gpt.Unused {
+			continue
+		}
+		have = append(have, q.Index)
+		if q.Index == data {
+			dp = q
+		}
+		if hash != 0 && q.Index == hash || hash == 0 && strings.EqualFold(q.GUID, hashUUID) {
+			hp = q
+		}
+	}
+	if dp == nil {
+		return nil, noPartition(data, have)
+	}
+	switch {
+	case hp == nil && hash != 0:
+		return nil, noPartition(hash, have)
+	case hp == nil:
+		return nil, fmt.Errorf("%w: no partition has the UUID %s (the root hash's last 128 bits)", verity.ErrCorrupt, hashUUID)
+	case hash == 0 && !strings.EqualFold(dp.GUID, dataUUID):
+		return nil, fmt.Errorf("%w: partition %d has the UUID %s, not %s (the root hash's first 128 bits)", verity.ErrCorrupt, data, strings.ToLower(dp.GUID), dataUUID)
+	}
+	res := &VerityPartitionResult{Data: dp.Index, Hash: hp.Index, DataUUID: strings.ToLower(dp.GUID), HashUUID: strings.ToLower(hp.GUID),
+		HashType: strings.ToLower(string(hp.Type)), DataStart: int64(dp.Start) * SectorSize,
+		HashStart: int64(hp.Start) * SectorSize, HashSize: int64(hp.End-hp.Start+1) * SectorSize, RootHash: root}
+	dr := &window{f: f, off: res.DataStart, size: int64(dp.End-dp.Start+1) * SectorSize}
+	hr := &window{f: f, off: res.HashStart, size: res.HashSize}
+	p, err := verity.ReadSuperblock(hr, 0)
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: %w", hp.Index, err)
+	}
+	g, err := p.Geometry()
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: %w", hp.Index, err)
+	}
+	res.Params, res.Geometry = p, g
+	if err := verity.Verify(ctx, dr, hr, p, root, o); err != nil {
+		var ce *verity.CorruptError
+		var se *verity.SizeError
+		if errors.As(err, &ce) && ce.Level < 0 || errors.As(err, &se) && se.Data {
+			return res, fmt.Errorf("partition %d: %w", dp.Index, err)
+		}
+		return res, fmt.Errorf("partition %d: %w", hp.Index, err)
+	}
+	return res, nil
 }

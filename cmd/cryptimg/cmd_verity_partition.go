@@ -168,3 +168,42 @@ func runVerityFormatPartition(cmd *cobra.Command, g *globalOptions, o *verityOpt
 	}
 	return nil
 }
+
+func runVerityVerifyPartition(cmd *cobra.Command, g *globalOptions, o *verityOptions, po *verityPartitionOptions, args []string) error {
+	if len(args) > 2 {
+		return usagef("--partition takes IMAGE and ROOTHASH")
+	}
+	for _, name := range []string{"hash", "data-block-size", "hash-block-size", "data-blocks", "salt", "format", "hash-offset", "no-superblock"} {
+		if cmd.Flags().Changed(name) {
+			return usagef("--%s does not go with --partition: the superblock at the hash partition's start holds it", name)
+		}
+	}
+	if po.data <= 0 || cmd.Flags().Changed("hash-partition") && po.hash <= 0 {
+		return usagef("partition numbers start at 1")
+	}
+	root, err := rootHashArg(o, args, 1)
+	if err != nil {
+		return err
+	}
+	path := args[0]
+	f, err := openForRead(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	res, err := image.VerifyVerityPartition(cmd.Context(), f, root, po.data, po.hash, verityRun(g))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if o.json {
+		j := verityPartitionJSON{
+			verityJSON:    newVerityJSON(fmt.Sprintf("%s:%d", path, res.Data), fmt.Sprintf("%s:%d", path, res.Hash), &res.Params, &res.Geometry, res.RootHash),
+			DataPartition: res.Data, DataUUID: res.DataUUID,
+			HashPartition: res.Hash, HashUUID: res.HashUUID, HashType: res.HashType,
+			HashStart: res.HashStart, HashSize: res.HashSize,
+		}
+		j.OK = true
+		return json.NewEncoder(g.stdout).Encode(j)
+	}
+	return nil
+}

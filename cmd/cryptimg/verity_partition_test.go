@@ -80,9 +80,12 @@ func cut(t *testing.T, disk, dir, name string, p sfdiskPart) string {
 // TestVerityPartition builds the tree of a root-x86-64 partition into a new
 // partition: sfdisk lists the root-verity type, the read-only flag and the
 // UUIDs taken from the root hash (first and last 128 bits), both GPT
-// copies agree (sfdisk --verify), veritysetup verify accepts the two
-// partitions' bytes and rejects them with a data byte flipped, and
-// systemd-dissect (as root) finds the root partition by the root hash.
+// copies agree (sfdisk --verify), the hash partition holds what veritysetup
+// format writes for the same data, salt and UUID, veritysetup verify
+// accepts the two partitions' bytes and rejects them with a data byte
+// flipped, systemd-dissect (as root) finds the root partition by the root
+// hash, and verity verify --partition finds the pair by the root hash and
+// exits 4 on wrong UUIDs and on a flipped byte.
 func TestVerityPartition(t *testing.T) {
 	dir := t.TempDir()
 	disk := verityGPTDisk(t, dir, 12, "start=2048, size=16384, type="+typeRootX86+"\n")
@@ -120,17 +123,56 @@ func TestVerityPartition(t *testing.T) {
 	if !strings.Contains(out, verityUUID) || !strings.Contains(out, "Data blocks:     \t2048") {
 		t.Errorf("veritysetup dump:\n%s", out)
 	}
+	// veritysetup format of the same data, salt and UUID writes the
+	// partition's superblock and tree byte for byte.
+	ref := filepath.Join(dir, "ref")
+	if out, code := veritysetup(t, "format", dataFile, ref, "--salt", veritySalt, "--uuid", verityUUID); code != 0 {
+		t.Fatalf("veritysetup format: exit %d\n%s", code, out)
+	}
+	rb, _ := os.ReadFile(ref)
+	hb, _ := os.ReadFile(hashFile)
+	if len(rb) > len(hb) || string(hb[:len(rb)]) != string(rb) {
+		t.Error("the hash partition differs from veritysetup format's hash file")
+	}
+	mustRun(t, "verity", "verify", "--partition", "1", disk, root)
+
 	b, _ := os.ReadFile(dataFile)
 	b[5000] ^= 1
 	writeFile(t, dataFile, string(b))
 	if _, code := veritysetup(t, "verify", dataFile, hashFile, root); code == 0 {
 		t.Error("veritysetup verify accepted a flipped data byte")
 	}
+	// cryptimg's verify --partition: the hash partition found by the
+	// root hash's last 128 bits, the data partition's UUID checked.
+	other := strings.Repeat("0", 32) + root[32:]
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--partition", "1", disk, other}, "not 00000000-0000-0000-0000-000000000000 (the root hash's first 128 bits)"},
+		{[]string{"--partition", "1", disk, root[:32] + strings.Repeat("0", 32)}, "no partition has the UUID 00000000"},
+		{[]string{"--partition", "1", "--hash-partition", "2", disk, other}, "partition 2: hash block 0 of level 1"},
+	} {
+		r := cryptimg(t, "", append([]string{"verity", "verify"}, c.args...)...)
+		if r.code != 4 || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("verify %v: exit %d, %s", c.args, r.code, r.stderr)
+		}
+	}
 
 	dissect := requireTool(t, "systemd-dissect")
 	if os.Geteuid() != 0 {
 		peer.Missing(t, "systemd-dissect needs root (loop devices)")
 	}
+	defer func() {
+		// Last: a flipped byte in the disk's data partition.
+		db, _ := os.ReadFile(disk)
+		db[1<<20+9*4096+1] ^= 1
+		writeFile(t, disk, string(db))
+		r := cryptimg(t, "", "verity", "verify", "--partition", "1", disk, root)
+		if r.code != 4 || !strings.Contains(r.stderr, "partition 1: data block 9 ") {
+			t.Errorf("verify of a flipped data byte: exit %d, %s", r.code, r.stderr)
+		}
+	}()
 	dout, err := exec.Command(dissect, "--json=short", "--root-hash="+root, disk).Output()
 	if err != nil {
 		var stderr []byte
