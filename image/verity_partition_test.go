@@ -1,9 +1,24 @@
 package image
 
 import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"io"
+	"math/big"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cryptimg/cryptimg/image/verity"
+	"github.com/diskfs/go-diskfs/partition/gpt"
 
 	"github.com/cryptimg/cryptimg/vectors/peer"
 )
@@ -52,5 +67,79 @@ func TestVerityTypes(t *testing.T) {
 	}
 	if _, _, _, ok := VerityTypes("0fc63daf-8483-4772-8e79-3d47d8e4477d"); ok {
 		t.Error("linux-generic has verity types")
+	}
+}
+
+// failingSigner signs nothing: the step after the tree fails.
+type failingSigner struct{ crypto.Signer }
+
+func (failingSigner) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
+	return nil, errors.New("no signature today")
+}
+
+// TestFormatVerityPartitionOrder: the tree (and the signature) are
+// written before the partition table, so a failure in between (here the
+// signature) leaves both GPT copies as they were, with the tree already
+// in the free space the new partition would take.
+func TestFormatVerityPartitionOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 8 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	tab := &gpt.Table{LogicalSectorSize: SectorSize, PhysicalSectorSize: SectorSize, ProtectiveMBR: true, Partitions: []*gpt.Partition{
+		{Index: 1, Start: 2048, End: 6143, Type: gpt.Type(strings.ToUpper("4f68bce3-e8cd-4db1-96e7-fbcaf984b709"))},
+	}}
+	if err := tab.Write(f, size); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 2<<20)
+	rand.Read(data)
+	f.WriteAt(data, 1<<20)
+	gptBytes := func() []byte {
+		b := make([]byte, 34*SectorSize)
+		f.ReadAt(b, 0)
+		e := make([]byte, 33*SectorSize)
+		f.ReadAt(e, size-33*SectorSize)
+		return append(b, e...)
+	}
+	before := gptBytes()
+
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	cert, _ := x509.ParseCertificate(der)
+	p, _ := verity.NewParams(0)
+	_, err = FormatVerityPartition(context.Background(), f, VerityPartitionOptions{Data: 1, Params: p, Signer: failingSigner{key}, Certificate: cert})
+	if err == nil || !strings.Contains(err.Error(), "no signature today") {
+		t.Fatalf("err %v", err)
+	}
+	if !bytes.Equal(gptBytes(), before) {
+		t.Error("the GPT changed although the signature failed")
+	}
+	if sb, err := verity.ReadSuperblock(f, 3<<20); err != nil || sb.DataBlocks != 512 {
+		t.Errorf("no tree in the free space before the table: %+v, %v", sb, err)
+	}
+
+	res, err := FormatVerityPartition(context.Background(), f, VerityPartitionOptions{Data: 1, Params: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gpt.Read(f, SectorSize, SectorSize)
+	if err != nil || got.RecoveredFromBackup || len(got.Partitions) != 2 {
+		t.Fatalf("%v %+v", err, got)
+	}
+	h := got.Partitions[1]
+	d, hu := RootHashUUIDs(res.RootHash)
+	if h.Index != 2 || h.Start != 6144 || !strings.EqualFold(h.GUID, hu) || !strings.EqualFold(got.Partitions[0].GUID, d) || h.Attributes != 1<<60 {
+		t.Errorf("partitions %+v %+v", got.Partitions[0], h)
+	}
+	if err := verity.Verify(context.Background(), &window{f: f, off: 1 << 20, size: 2 << 20}, &window{f: f, off: 3 << 20, size: 1 << 20}, res.Params, res.RootHash, verity.Options{}); err != nil {
+		t.Error(err)
 	}
 }
