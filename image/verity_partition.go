@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cryptimg/cryptimg/image/qcow2"
 	"github.com/cryptimg/cryptimg/image/verity"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/google/uuid"
@@ -192,13 +193,9 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	if err != nil {
 		return nil, err
 	}
-	head := make([]byte, 2*SectorSize)
-	if _, err := f.ReadAt(head, 0); err != nil || !claimsGPT(head) {
-		return nil, fmt.Errorf("%w: not a GPT disk", ErrNoTable)
-	}
-	t, err := gpt.Read(f, SectorSize, SectorSize)
+	t, err := readRawGPT(f)
 	if err != nil {
-		return nil, fmt.Errorf("%w: no valid GPT: %w", ErrNoTable, err)
+		return nil, err
 	}
 	if t.RecoveredFromBackup {
 		return nil, fmt.Errorf("%w: the primary GPT is damaged (repair it first, e.g. sgdisk -e)", ErrNoTable)
@@ -228,6 +225,9 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	}
 	res := &VerityPartitionResult{Data: o.Data, DataStart: int64(data.Start) * SectorSize}
 	dataSize := int64(data.End-data.Start+1) * SectorSize
+	if res.DataStart+dataSize > st.Size() {
+		return nil, fmt.Errorf("partition %d ends past the end of the image", o.Data)
+	}
 	if err := p.SetDataSize(dataSize); err != nil {
 		return nil, fmt.Errorf("partition %d: %w", o.Data, err)
 	}
@@ -379,6 +379,22 @@ func zeroRange(ctx context.Context, f *os.File, off, n int64) error {
 	return nil
 }
 
+// readRawGPT reads the GPT of the raw disk image f.
+func readRawGPT(f *os.File) (*gpt.Table, error) {
+	if qcow2.IsQcow2(f) {
+		return nil, fmt.Errorf("%w: a qcow2 image (verity partitions are made on raw images: convert it first)", ErrNoTable)
+	}
+	head := make([]byte, 2*SectorSize)
+	if _, err := f.ReadAt(head, 0); err != nil || !claimsGPT(head) {
+		return nil, fmt.Errorf("%w: not a GPT disk", ErrNoTable)
+	}
+	t, err := gpt.Read(f, SectorSize, SectorSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no valid GPT: %w", ErrNoTable, err)
+	}
+	return t, nil
+}
+
 // freeEntry returns the lowest GPT entry index (1-based, at most entries)
 // that used lacks, or 0.
 func freeEntry(used []int, entries int) int {
@@ -458,13 +474,9 @@ func VerifyVerityPartition(ctx context.Context, f *os.File, root []byte, data, h
 	if len(root) < 16 {
 		return nil, fmt.Errorf("%w: a root hash of %d bytes", verity.ErrInvalid, len(root))
 	}
-	head := make([]byte, 2*SectorSize)
-	if _, err := f.ReadAt(head, 0); err != nil || !claimsGPT(head) {
-		return nil, fmt.Errorf("%w: not a GPT disk", ErrNoTable)
-	}
-	t, err := gpt.Read(f, SectorSize, SectorSize)
+	t, err := readRawGPT(f)
 	if err != nil {
-		return nil, fmt.Errorf("%w: no valid GPT: %w", ErrNoTable, err)
+		return nil, err
 	}
 	dataUUID, hashUUID := RootHashUUIDs(root)
 	var have []int

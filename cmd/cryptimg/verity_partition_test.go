@@ -221,7 +221,8 @@ func TestVerityPartitionExisting(t *testing.T) {
 
 // TestVerityPartitionRefusals: a data partition of a type without a verity
 // type needs --hash-type; a full disk, a too small hash partition and
-// --hash-offset are refused, and a refused run changes no byte.
+// --hash-offset are refused, and a refused run changes no byte; a disk
+// without a GPT and a qcow2 image are refused by name.
 func TestVerityPartitionRefusals(t *testing.T) {
 	dir := t.TempDir()
 	disk := verityGPTDisk(t, dir, 4, "start=2048, size=4096, type="+typeLinux+"\nstart=6144, size=16, type="+typeLinux+"\n")
@@ -245,6 +246,16 @@ func TestVerityPartitionRefusals(t *testing.T) {
 	}
 	if fileSHA(t, disk) != before {
 		t.Error("a refused run changed the disk")
+	}
+	// Not a GPT disk; a qcow2 image.
+	plain := randomFile(t, dir, "plain.img", 1<<20)
+	q := filepath.Join(dir, "disk.qcow2")
+	sh(t, requireTool(t, "qemu-img"), "convert", "-O", "qcow2", disk, q)
+	for img, msg := range map[string]string{plain: "not a GPT disk", q: "a qcow2 image"} {
+		r := cryptimg(t, "", "verity", "format", "--partition", "1", img)
+		if r.code != 1 || !strings.Contains(r.stderr, msg) {
+			t.Errorf("%s: exit %d, %q; want %q", filepath.Base(img), r.code, r.stderr, msg)
+		}
 	}
 	// With a type given, the tree goes into a gap between partitions.
 	disk2 := verityGPTDisk(t, t.TempDir(), 8, "start=2048, size=4096, type="+typeLinux+"\nstart=14336, size=1024, type="+typeLinux+"\n")
