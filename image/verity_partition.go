@@ -124,6 +124,10 @@ type VerityPartitionOptions struct {
 	// be zero (systemd reads the superblock at the partition's start);
 	// DataBlocks 0 means all whole blocks of the data partition.
 	Params verity.Params
+	// Grow: where no free gap holds a new partition, put it after the end
+	// of the disk, which grows (1 MiB aligned) with the backup GPT moved to
+	// its new end.
+	Grow   bool
 	Verity verity.Options
 	// Signer and Certificate, when set, sign the root hash into a new
 	// signature partition of the root-verity-sig or usr-verity-sig type
@@ -148,6 +152,8 @@ type VerityPartitionResult struct {
 	DataStart, HashStart, HashSize int64
 	// NewHash: the hash partition was added.
 	NewHash bool
+	// DiskSize is the image's size after the change (it grows with Grow).
+	DiskSize int64
 	// Sig is the signature partition's GPT index (0: none), SigStart its
 	// byte offset, SigType its type GUID.
 	Sig      int
@@ -247,18 +253,19 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 		return nil, fmt.Errorf("invalid partition type %q: %w", o.HashType, err)
 	}
 	need := g.End(p.HashBlockSize)
+	first, last, entries, err := gptLimits(f)
+	if err != nil {
+		return nil, err
+	}
+	alloc := &allocator{parts: t.Partitions, first: first, last: last, grow: o.Grow, sectors: uint64(st.Size()) / SectorSize}
 	if hash == nil {
-		first, last, entries, err := gptLimits(f)
-		if err != nil {
-			return nil, err
-		}
 		index := freeEntry(have, entries)
 		if index == 0 {
 			return nil, fmt.Errorf("%w: the GPT has no free entry", ErrNoSpace)
 		}
-		start, fits := freeGap(t.Partitions, first, last, uint64(roundUpAlign(need)/SectorSize))
+		start, fits := alloc.place(uint64(roundUpAlign(need) / SectorSize))
 		if !fits {
-			return nil, fmt.Errorf("%w: no gap of %d bytes for the hash partition (grow the image, e.g. truncate -s +%d and sgdisk -e, or give an existing partition)", ErrNoSpace, roundUpAlign(need), roundUpAlign(need)+partAlign)
+			return nil, fmt.Errorf("%w: no gap of %d bytes for the hash partition", ErrNoSpace, roundUpAlign(need))
 		}
 		name := o.HashName
 		if name == "" {
@@ -272,12 +279,13 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 		}
 		size := uint64(roundUpAlign(need))
 		hash = &gpt.Partition{Index: index, Start: start, End: start + size/SectorSize - 1, Size: size, Name: name}
+		alloc.parts = append(alloc.parts[:len(alloc.parts):len(alloc.parts)], hash)
 		res.NewHash = true
 	} else if hs := int64(hash.End-hash.Start+1) * SectorSize; hs < need {
 		return nil, fmt.Errorf("partition %d (%d bytes) is too small for the superblock and the tree (%d bytes)", o.Hash, hs, need)
 	}
 	res.Hash, res.HashStart, res.HashSize = hash.Index, int64(hash.Start)*SectorSize, int64(hash.End-hash.Start+1)*SectorSize
-	if res.HashStart+res.HashSize > st.Size() {
+	if !res.NewHash && res.HashStart+res.HashSize > st.Size() {
 		return nil, fmt.Errorf("partition %d ends past the end of the image", hash.Index)
 	}
 	var sig *gpt.Partition
@@ -289,18 +297,12 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 		if !ok {
 			return nil, fmt.Errorf("partition %d has type %s, not a root or usr partition type of the Discoverable Partitions Specification: it has no signature partition type", o.Data, strings.ToLower(string(data.Type)))
 		}
-		first, last, entries, err := gptLimits(f)
-		if err != nil {
-			return nil, err
-		}
-		parts := t.Partitions
 		used := have
 		if res.NewHash {
-			parts = append(parts[:len(parts):len(parts)], hash)
 			used = append(used[:len(used):len(used)], hash.Index)
 		}
 		index := freeEntry(used, entries)
-		start, fits := freeGap(parts, first, last, VeritySigSize/SectorSize)
+		start, fits := alloc.place(VeritySigSize / SectorSize)
 		if index == 0 || !fits {
 			return nil, fmt.Errorf("%w: no room for a %d-byte signature partition", ErrNoSpace, VeritySigSize)
 		}
@@ -314,6 +316,15 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	// free space.
 	dr := &window{f: f, off: res.DataStart, size: dataSize}
 	hw := &window{f: f, off: res.HashStart, size: res.HashSize}
+	res.DiskSize = st.Size()
+	if alloc.end != 0 {
+		// Room past the old end, and the backup GPT's 33 sectors (a
+		// 128-entry array and the header) after it.
+		res.DiskSize = roundUpAlign(int64(alloc.end+33) * SectorSize)
+		if err := f.Truncate(res.DiskSize); err != nil {
+			return nil, err
+		}
+	}
 	// Zeros first: veritysetup leaves the bytes between the superblock
 	// and the tree, and after the tree, as they were; here they are the
 	// partition's, and zero, so that the same data, salt and UUID give the
@@ -356,10 +367,19 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 	if sig != nil {
 		t.Partitions = append(t.Partitions, sig)
 	}
-	// Sector 0 stays as it is: the disk's size does not change.
+	// Sector 0 stays as it is but for a grown disk's size in the
+	// protective MBR, written after the GPT.
 	t.ProtectiveMBR = false
-	if err := t.Write(f, st.Size()); err != nil {
+	if res.DiskSize != st.Size() {
+		t.Resize(uint64(res.DiskSize))
+	}
+	if err := t.Write(f, res.DiskSize); err != nil {
 		return nil, fmt.Errorf("failed to write the GPT: %w", err)
+	}
+	if res.DiskSize != st.Size() {
+		if err := protectiveSize(f, res.DiskSize); err != nil {
+			return nil, err
+		}
 	}
 	res.RootHash, res.Params, res.Geometry, res.HashType = root, p, g, hashType
 	return res, nil
@@ -393,6 +413,62 @@ func readRawGPT(f *os.File) (*gpt.Table, error) {
 		return nil, fmt.Errorf("%w: no valid GPT: %w", ErrNoTable, err)
 	}
 	return t, nil
+}
+
+// allocator places new partitions: in the first free gap of the table's
+// usable sectors, or with grow after the end of the disk and of every
+// partition, each after the one before; end is then the first sector
+// after them.
+type allocator struct {
+	parts            []*gpt.Partition
+	first, last, end uint64
+	sectors          uint64
+	grow             bool
+}
+
+func (a *allocator) place(n uint64) (uint64, bool) {
+	align := uint64(partAlign / SectorSize)
+	if a.end == 0 {
+		if s, ok := freeGap(a.parts, a.first, a.last, n); ok {
+			return s, true
+		}
+		if !a.grow {
+			return 0, false
+		}
+		a.end = a.sectors
+		for _, q := range a.parts {
+			a.end = max(a.end, q.End+1)
+		}
+	}
+	s := (a.end + align - 1) / align * align
+	a.end = s + n
+	return s, true
+}
+
+// protectiveSize sets the size of the 0xEE entry of a protective MBR in
+// sector 0 to a disk of size bytes (UEFI 2.10 §5.2.3: the disk's last LBA,
+// at most 0xFFFFFFFF) and syncs; sector 0 without the MBR signature or
+// without such an entry is left alone.
+func protectiveSize(f *os.File, size int64) error {
+	mbr := make([]byte, SectorSize)
+	if _, err := f.ReadAt(mbr, 0); err != nil {
+		return err
+	}
+	if !hasMBRSignature(mbr) {
+		return nil
+	}
+	for i := range 4 {
+		e := mbr[mbrEntries+mbrEntrySize*i : mbrEntries+mbrEntrySize*(i+1)]
+		if e[4] != 0xee {
+			continue
+		}
+		n := uint64(size/SectorSize) - uint64(binary.LittleEndian.Uint32(e[8:12]))
+		binary.LittleEndian.PutUint32(e[12:16], uint32(min(n, 0xffffffff)))
+		if _, err := f.WriteAt(e, int64(mbrEntries+mbrEntrySize*i)); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // freeEntry returns the lowest GPT entry index (1-based, at most entries)

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 
@@ -17,6 +18,7 @@ type verityPartitionOptions struct {
 	data, hash      int
 	hashType        string
 	privateKey, crt string
+	grow            bool
 }
 
 const verityPartitionHelp = `
@@ -29,7 +31,8 @@ read-only flag; N's UUID becomes the root hash's first 128 bits and the
 hash partition's its last 128 bits, so that systemd (roothash=, usrhash=,
 systemd-dissect --root-hash) finds both. --hash-partition M writes into the
 existing partition M; without it a new partition is added in the first free
-gap that holds the tree (aligned to 1 MiB). With --private-key and
+gap that holds the tree (aligned to 1 MiB), or with --grow, where no gap
+does, after the end of the image, which grows. With --private-key and
 --certificate (PEM; RSA or ECDSA) a 16 KiB root-verity-sig (usr-verity-sig)
 partition is added too, holding systemd's JSON with the PKCS#7 signature
 of the root hash. The tree (and the signature) are written and synced
@@ -41,6 +44,7 @@ func addVerityPartitionFlags(cmd *cobra.Command, o *verityPartitionOptions) {
 	f.IntVar(&o.data, "partition", 0, "build the tree of GPT partition N of IMAGE into a verity partition")
 	f.IntVar(&o.hash, "hash-partition", 0, "with --partition: write the tree into the existing partition M (default: add one)")
 	f.StringVar(&o.hashType, "hash-type", "", "with --partition: the hash partition's type GUID (default: the root-verity or usr-verity type of N's)")
+	f.BoolVar(&o.grow, "grow", false, "with --partition: where no free gap holds a new partition, grow the image and add it at the end")
 	f.StringVar(&o.privateKey, "private-key", "", "with --partition: sign the root hash with this PEM private key into a signature partition")
 	f.StringVar(&o.crt, "certificate", "", "with --partition: the PEM certificate of --private-key, embedded in the signature")
 }
@@ -107,6 +111,7 @@ type verityPartitionJSON struct {
 	NewPartition  bool   `json:"hash_partition_added"`
 	SigPartition  int    `json:"signature_partition,omitempty"`
 	SigType       string `json:"signature_type_guid,omitempty"`
+	DiskSize      int64  `json:"disk_size,omitempty"`
 }
 
 func runVerityFormatPartition(cmd *cobra.Command, g *globalOptions, o *verityOptions, po *verityPartitionOptions, args []string) error {
@@ -140,8 +145,11 @@ func runVerityFormatPartition(cmd *cobra.Command, g *globalOptions, o *verityOpt
 	defer f.Close()
 	res, err := image.FormatVerityPartition(cmd.Context(), f, image.VerityPartitionOptions{
 		Data: po.data, Hash: po.hash, HashType: po.hashType, Params: p, Verity: verityRun(g),
-		Signer: signer, Certificate: cert,
+		Signer: signer, Certificate: cert, Grow: po.grow,
 	})
+	if errors.Is(err, image.ErrNoSpace) && !po.grow {
+		return fmt.Errorf("%s: %w (--grow adds it at the end of a grown image)", path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -154,7 +162,7 @@ func runVerityFormatPartition(cmd *cobra.Command, g *globalOptions, o *verityOpt
 			DataPartition: res.Data, DataUUID: res.DataUUID,
 			HashPartition: res.Hash, HashUUID: res.HashUUID, HashType: res.HashType,
 			HashStart: res.HashStart, HashSize: res.HashSize, NewPartition: res.NewHash,
-			SigPartition: res.Sig, SigType: res.SigType,
+			SigPartition: res.Sig, SigType: res.SigType, DiskSize: res.DiskSize,
 		}
 		return json.NewEncoder(g.stdout).Encode(j)
 	}

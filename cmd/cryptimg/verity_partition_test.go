@@ -1,6 +1,10 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	bin "encoding/binary"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -221,8 +225,9 @@ func TestVerityPartitionExisting(t *testing.T) {
 
 // TestVerityPartitionRefusals: a data partition of a type without a verity
 // type needs --hash-type; a full disk, a too small hash partition and
-// --hash-offset are refused, and a refused run changes no byte; a disk
-// without a GPT and a qcow2 image are refused by name.
+// --hash-offset are refused, and a refused run changes no byte; --grow
+// adds the partition after the end of a grown image; a disk without a GPT
+// and a qcow2 image are refused by name.
 func TestVerityPartitionRefusals(t *testing.T) {
 	dir := t.TempDir()
 	disk := verityGPTDisk(t, dir, 4, "start=2048, size=4096, type="+typeLinux+"\nstart=6144, size=16, type="+typeLinux+"\n")
@@ -233,7 +238,7 @@ func TestVerityPartitionRefusals(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--partition", "1"}, 1, "give the hash partition's type"},
-		{[]string{"--partition", "1", "--hash-type", typeRootVerity}, 1, "no free space"},
+		{[]string{"--partition", "1", "--hash-type", typeRootVerity}, 1, "no free space on the disk: no gap of 1048576 bytes for the hash partition (--grow adds it"},
 		{[]string{"--partition", "1", "--hash-partition", "2", "--hash-type", typeRootVerity}, 1, "too small"},
 		{[]string{"--partition", "1", "--hash-partition", "1", "--hash-type", typeRootVerity}, 1, "its own tree"},
 		{[]string{"--partition", "3", "--hash-type", typeRootVerity}, 1, "no such partition"},
@@ -246,6 +251,40 @@ func TestVerityPartitionRefusals(t *testing.T) {
 	}
 	if fileSHA(t, disk) != before {
 		t.Error("a refused run changed the disk")
+	}
+	// --grow: the hash partition after the old end, the image grown to the
+	// next MiB after it and the backup GPT (sfdisk --verify; last-lba), the
+	// protective MBR sized to it.
+	grown := filepath.Join(dir, "grown.img")
+	b, _ := os.ReadFile(disk)
+	writeFile(t, grown, string(b))
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	kp, cp, _ := signerFiles(t, dir, "grow", ecKey)
+	// A linux-generic data partition has no signature partition type: the
+	// image is refused before it grows.
+	r := cryptimg(t, "", "verity", "format", "--partition", "1", "--hash-type", typeRootVerity, "--grow", grown, "--private-key", kp, "--certificate", cp)
+	if r.code != 1 || !strings.Contains(r.stderr, "no signature partition type") {
+		t.Errorf("signature of a linux-generic partition: exit %d, %s", r.code, r.stderr)
+	}
+	if st, _ := os.Stat(grown); st.Size() != 4<<20 {
+		t.Errorf("refused run grew the image to %d", st.Size())
+	}
+	r = mustRun(t, "verity", "format", "--partition", "1", "--hash-type", typeRootVerity, "--grow", grown, "--json")
+	var j verityPartitionJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatal(err)
+	}
+	gp := sfdiskList(t, grown)
+	if st, _ := os.Stat(grown); st.Size() != 6<<20 || j.DiskSize != 6<<20 || gp["3"].Start != 8192 || gp["3"].Size != 2048 {
+		t.Errorf("grown to %d bytes (json %d), partition 3 %+v", st.Size(), j.DiskSize, gp["3"])
+	}
+	mustRun(t, "verity", "verify", "--partition", "1", grown, j.RootHash)
+	if out := sh(t, requireTool(t, "sfdisk"), "--dump", grown); !strings.Contains(out, "last-lba: 12254") {
+		t.Errorf("sfdisk --dump:\n%s", out)
+	}
+	mbr, _ := os.ReadFile(grown)
+	if got := bin.LittleEndian.Uint32(mbr[446+12:]); got != 6<<11-1 {
+		t.Errorf("protective MBR size %d sectors", got)
 	}
 	// Not a GPT disk; a qcow2 image.
 	plain := randomFile(t, dir, "plain.img", 1<<20)
