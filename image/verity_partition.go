@@ -190,7 +190,7 @@ func gptLimits(f *os.File) (first, last uint64, entries int, err error) {
 // before the partition table changes; the table's update writes and syncs
 // the backup copy, then the primary. f must be open read-write, and its
 // caller holds it exclusively.
-func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOptions) (*VerityPartitionResult, error) {
+func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOptions) (_ *VerityPartitionResult, retErr error) {
 	p := o.Params
 	if p.HashOffset != 0 || p.NoSuperblock {
 		return nil, fmt.Errorf("%w: a verity partition holds its superblock at its start", verity.ErrInvalid)
@@ -324,6 +324,15 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 		if err := f.Truncate(res.DiskSize); err != nil {
 			return nil, err
 		}
+		// Until the table names the new end, a failure takes the growth
+		// back (the old table still describes the disk either way).
+		done := false
+		defer func() {
+			if !done {
+				f.Truncate(st.Size())
+			}
+		}()
+		defer func() { done = retErr == nil }()
 	}
 	// Zeros first: veritysetup leaves the bytes between the superblock
 	// and the tree, and after the tree, as they were; here they are the

@@ -126,6 +126,29 @@ func TestFormatVerityPartitionOrder(t *testing.T) {
 		t.Errorf("no tree in the free space before the table: %+v, %v", sb, err)
 	}
 
+	// With Grow on a disk without a gap big enough: the failure takes
+	// the growth back.
+	gpath := filepath.Join(t.TempDir(), "full.img")
+	gf, err := os.Create(gpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Close()
+	gf.Truncate(4 << 20)
+	full := &gpt.Table{LogicalSectorSize: SectorSize, PhysicalSectorSize: SectorSize, ProtectiveMBR: true, Partitions: []*gpt.Partition{
+		{Index: 1, Start: 2048, End: 8190, Type: gpt.Type(strings.ToUpper("4f68bce3-e8cd-4db1-96e7-fbcaf984b709"))},
+	}}
+	if err := full.Write(gf, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	_, err = FormatVerityPartition(context.Background(), gf, VerityPartitionOptions{Data: 1, Params: p, Grow: true, Signer: failingSigner{key}, Certificate: cert})
+	if st, _ := gf.Stat(); err == nil || st.Size() != 4<<20 {
+		t.Errorf("failed grow: %v, size %d", err, st.Size())
+	}
+	if r, err := FormatVerityPartition(context.Background(), gf, VerityPartitionOptions{Data: 1, Params: p, Grow: true}); err != nil || r.DiskSize != 6<<20 || r.HashStart != 4<<20 {
+		t.Errorf("grow: %v %+v", err, r)
+	}
+
 	res, err := FormatVerityPartition(context.Background(), f, VerityPartitionOptions{Data: 1, Params: p})
 	if err != nil {
 		t.Fatal(err)
