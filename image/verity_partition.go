@@ -314,7 +314,7 @@ func FormatVerityPartition(ctx context.Context, f *os.File, o VerityPartitionOpt
 
 	// The tree first: until the table names it, a new partition's area is
 	// free space.
-	dr := &window{f: f, off: res.DataStart, size: dataSize}
+	dr := io.NewSectionReader(f, res.DataStart, dataSize)
 	hw := &window{f: f, off: res.HashStart, size: res.HashSize}
 	res.DiskSize = st.Size()
 	if alloc.end != 0 {
@@ -592,7 +592,7 @@ func VerifyVerityPartition(ctx context.Context, f *os.File, root []byte, data, h
 	res := &VerityPartitionResult{Data: dp.Index, Hash: hp.Index, DataUUID: strings.ToLower(dp.GUID), HashUUID: strings.ToLower(hp.GUID),
 		HashType: strings.ToLower(string(hp.Type)), DataStart: int64(dp.Start) * SectorSize,
 		HashStart: int64(hp.Start) * SectorSize, HashSize: int64(hp.End-hp.Start+1) * SectorSize, RootHash: root}
-	dr := &window{f: f, off: res.DataStart, size: int64(dp.End-dp.Start+1) * SectorSize}
+	dr := io.NewSectionReader(f, res.DataStart, int64(dp.End-dp.Start+1)*SectorSize)
 	hr := &window{f: f, off: res.HashStart, size: res.HashSize}
 	p, err := verity.ReadSuperblock(hr, 0)
 	if err != nil {

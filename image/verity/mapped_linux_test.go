@@ -1,8 +1,10 @@
 package verity
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -45,4 +47,62 @@ func TestMappedShrunkFile(t *testing.T) {
 	if !errors.As(err, &ioe) || ioe.Offset != 1<<20 {
 		t.Fatalf("got %v, want a read error at the second chunk", err)
 	}
+}
+
+// TestMappedSection: a section of a file at an offset that is not a page
+// multiple (a partition at a 512-byte sector) is mapped, and Format over it
+// gives the tree of the same bytes read from memory.
+func TestMappedSection(t *testing.T) {
+	data := make([]byte, 300*4096)
+	fill(data, 7)
+	path := filepath.Join(t.TempDir(), "disk")
+	const off = 3 * 512
+	if err := os.WriteFile(path, append(append(make([]byte, off), data...), 1, 2, 3), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sec := io.NewSectionReader(f, off, int64(len(data)))
+	m, unmap, ok := mapData(sec, int64(len(data)))
+	if !ok {
+		t.Fatal("no mapping of a file section")
+	}
+	if !bytes.Equal(m, data) {
+		t.Error("the mapping is not the section's bytes")
+	}
+	unmap()
+	p, _ := NewParams(int64(len(data)))
+	h1, h2 := &memFile{}, &memFile{}
+	r1, err := Format(context.Background(), sec, h1, p, Options{Jobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := Format(context.Background(), bytes.NewReader(data), h2, p, Options{Jobs: 2})
+	if err != nil || !bytes.Equal(r1, r2) || !bytes.Equal(h1.b, h2.b) {
+		t.Errorf("section %x, memory %x (%v)", r1, r2, err)
+	}
+}
+
+// memFile is a hash file in memory.
+type memFile struct{ b []byte }
+
+func (m *memFile) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *memFile) WriteAt(p []byte, off int64) (int, error) {
+	if end := off + int64(len(p)); end > int64(len(m.b)) {
+		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
+	}
+	return copy(m.b[off:], p), nil
 }
