@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cryptimg/cryptimg/image/filelock"
 	"github.com/cryptimg/cryptimg/vectors/peer"
 )
 
@@ -303,4 +304,29 @@ func TestVerityPartitionRefusals(t *testing.T) {
 	if p.Start != 6144 || p.Name != "verity" {
 		t.Errorf("new partition %+v, want it at sector 6144", p)
 	}
+}
+
+// TestVerityPartitionLocks: format --partition holds the image
+// exclusively (exit 5 while another reads it, nothing written), verify
+// --partition shares it with readers and waits for no writer.
+func TestVerityPartitionLocks(t *testing.T) {
+	dir := t.TempDir()
+	disk := verityGPTDisk(t, dir, 4, "start=2048, size=2048, type="+typeRootX86+"\n")
+	before := fileSHA(t, disk)
+	release := holdLock(t, disk, filelock.Shared)
+	r := cryptimg(t, "", "verity", "format", "--partition", "1", disk)
+	release()
+	wantBusy(t, r, disk, "read-only", os.Getpid(), "cryptimg.test)")
+	if fileSHA(t, disk) != before {
+		t.Error("a locked image changed")
+	}
+	root := filepath.Join(dir, "root")
+	mustRun(t, "verity", "format", "--partition", "1", disk, "--root-hash-file", root)
+	release = holdLock(t, disk, filelock.Exclusive)
+	r = cryptimg(t, "", "verity", "verify", "--partition", "1", disk, "--root-hash-file", root)
+	release()
+	wantBusy(t, r, disk, "read-write", os.Getpid(), "cryptimg.test)")
+	release = holdLock(t, disk, filelock.Shared)
+	defer release()
+	mustRun(t, "verity", "verify", "--partition", "1", disk, "--root-hash-file", root)
 }
