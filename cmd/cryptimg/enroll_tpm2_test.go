@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -207,4 +208,42 @@ func TestTPM2TokenUnlock(t *testing.T) {
 	}
 	// Without --token-only the key file still unlocks when the token cannot.
 	mustRun(t, "test-key", "-d", key, other)
+}
+
+// TestTPM2TokenOpen: open --token-only mounts an image whose key comes
+// from its systemd-tpm2 token alone, through --tpm2-device; the mounted
+// plaintext is decrypt's.
+func TestTPM2TokenOpen(t *testing.T) {
+	requireFUSE(t)
+	tp := swtpm.Start(t)
+	srk := tp.MakeSRK(t)
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), testPassphrase)
+	img := luks2Small(t, dir, "img.luks2", key, "", "luks2")
+	mustRun(t, "enroll", "-d", key, "--tpm2-device-key", srk, "--tpm2-pcrs", "15:sha256="+strings.Repeat("00", 32), img)
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, ok := findMount(mnt); ok {
+			lazyUnmount(mnt)
+		}
+	})
+	out, err := exec.Command(binary(t), "open", "--background", "--read-only", "--token-only", "--tpm2-device", tp.Device(), img, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("open --token-only: %v\n%s", err, out)
+	}
+	ents, _ := os.ReadDir(mnt)
+	if len(ents) != 1 {
+		t.Fatalf("the mount holds %d files, want the one image", len(ents))
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, ents[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "close", mnt)
+	if want := mustRun(t, "decrypt", "-d", key, img, "-").stdout; string(got) != want {
+		t.Errorf("the mount shows %d bytes unlike decrypt's %d", len(got), len(want))
+	}
 }
