@@ -21,20 +21,7 @@ func openInput(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	return f, nil
+	return openRegular(path, os.O_RDONLY)
 }
 
 // openSource opens an existing image file to read from under a shared
@@ -167,8 +154,12 @@ func (p *opProgress) finish(ok bool) {
 }
 
 // openRW opens an existing regular file read-write.
-func openRW(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+func openRW(path string) (*os.File, error) { return openRegular(path, os.O_RDWR) }
+
+// openRegular opens path with flag and refuses what is not a regular file
+// once open (a path swapped after a check cannot slip through).
+func openRegular(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
 		return nil, err
 	}
