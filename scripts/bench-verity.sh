@@ -15,6 +15,7 @@
 # target is <= 1.2x. veritysetup verify checks the tree once.
 #
 #   scripts/bench-verity.sh encrypt [SIZE_MIB] [ROUNDS]
+#   BENCH_ENCRYPT_FLAGS="--type luks2 --pbkdf pbkdf2" scripts/bench-verity.sh encrypt
 #
 # Each round runs every job once in the same order, so that load from other
 # processes falls on all of them alike. The hash files of the two formats
@@ -42,21 +43,33 @@ p=(--salt "$salt" --uuid "$uuid")
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
+# measure NAME CMD...: appends "wall user sys" to NAME.times.
+measure() {
+  local name=$1; shift
+  rm -f out.hash
+  if ! /usr/bin/time -f '%e %U %S' -o t.$$ "$@" >/dev/null 2>err.$$; then
+    echo "$name failed:" >&2; cat err.$$ >&2; exit 1
+  fi
+  cat t.$$ >> "$name.times"
+}
+
 if [ $mode = encrypt ]; then
   printf 'bench verity key' > key
-  enc=(./cryptimg encrypt -d key --pbkdf-force-iterations 1000 --force)
+  read -ra flags <<< "${BENCH_ENCRYPT_FLAGS:-}"
+  enc=(./cryptimg encrypt -d key --pbkdf-force-iterations 1000 --force "${flags[@]}")
   "${enc[@]}" --verity check.hash --root-hash-file check.root data check.img >/dev/null
   veritysetup verify check.img check.hash "$(cat check.root)"
   rm -f check.img check.hash
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
   for ((r = 1; r <= rounds; r++)); do
     for j in encrypt encrypt-verity; do
       extra=(); [ $j = encrypt-verity ] && extra=(--verity out.hash)
       rm -f out.img out.hash
-      /usr/bin/time -f '%e %U %S' -o t.$$ "${enc[@]}" "${extra[@]}" data out.img >/dev/null
-      cat t.$$ >> "$j.times"
+      measure "$j" "${enc[@]}" "${extra[@]}" data out.img
     done
   done
   rm -f out.img out.hash
+  echo "encrypt ${BENCH_ENCRYPT_FLAGS:-(defaults)}; load average at the start $load0"
   echo "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average $(cut -d' ' -f1-3 /proc/loadavg), $size_mib MiB, $rounds rounds"
   echo
   echo "| job | wall s (median) | user+sys s | CPU/wall | wall vs encrypt |"
@@ -73,16 +86,6 @@ veritysetup format data vs.hash "${p[@]}" > vs.out
 ./cryptimg verity format data ci.hash "${p[@]}" > ci.out
 cmp vs.hash ci.hash || { echo "the hash files differ" >&2; exit 1; }
 roothash=$(awk '/^Root hash:/ {print $3}' vs.out)
-
-# measure NAME CMD...: appends "wall user sys" to NAME.times.
-measure() {
-  local name=$1; shift
-  rm -f out.hash
-  if ! /usr/bin/time -f '%e %U %S' -o t.$$ "$@" >/dev/null 2>err.$$; then
-    echo "$name failed:" >&2; cat err.$$ >&2; exit 1
-  fi
-  cat t.$$ >> "$name.times"
-}
 
 jobs=(veritysetup-format cryptimg-format veritysetup-verify cryptimg-verify)
 for ((r = 1; r <= rounds; r++)); do
