@@ -13,7 +13,7 @@ import (
 // tree is byte for byte what "verity format" makes of the finished image
 // with the same salt and UUID; veritysetup verify and cryptimg verity
 // verify accept it and the root hash (printed, in --json, in
-// --root-hash-file) without the key; a flipped ciphertext byte fails both;
+// --root-hash-file) without the key, also over a sparse input of zeros; a flipped ciphertext byte fails both;
 // the image still decrypts to the input.
 func TestEncryptVerity(t *testing.T) {
 	dir := t.TempDir()
@@ -25,7 +25,16 @@ func TestEncryptVerity(t *testing.T) {
 		{"-j", "2"},
 		{"--type", "luks2", "--pbkdf", "pbkdf2", "--sector-size", "4096", "-j", "2"},
 	}
+	// A sparse input of zeros: every chunk is still encrypted, and hashed.
+	sparse := filepath.Join(dir, "sparse")
+	if err := os.Truncate(writeFile(t, sparse, ""), 300*4096); err != nil {
+		t.Fatal(err)
+	}
 	for i, extra := range cases {
+		plain := plain
+		if i == 1 {
+			plain = sparse
+		}
 		enc := filepath.Join(dir, "enc"+string(rune('0'+i)))
 		hash := enc + ".verity"
 		rootFile := enc + ".root"
@@ -66,7 +75,7 @@ func TestEncryptVerity(t *testing.T) {
 		if fileSHA(t, dec) != fileSHA(t, plain) {
 			t.Errorf("%v: decrypts to other data", extra)
 		}
-		// One ciphertext byte flipped in data block 300 (past the header).
+		// One ciphertext byte flipped in data block 300 (in the payload).
 		b, _ := os.ReadFile(enc)
 		b[300*4096+7] ^= 0x10
 		bad := writeFile(t, enc+".bad", string(b))
@@ -76,6 +85,27 @@ func TestEncryptVerity(t *testing.T) {
 		if r := cryptimg(t, "", "verity", "verify", bad, hash, string(root)); r.code != 4 || !strings.Contains(r.stderr, "data block 300 ") {
 			t.Errorf("%v: verity verify of a flipped byte: exit %d %s", extra, r.code, r.stderr)
 		}
+	}
+}
+
+// TestEncryptVerityDetached: with --header the output is the ciphertext
+// alone, and the tree covers exactly that.
+func TestEncryptVerityDetached(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, filepath.Join(dir, "key"), "verity key")
+	plain := randomFile(t, dir, "plain", 200*4096)
+	enc, hdr, hash, rootFile := filepath.Join(dir, "enc"), filepath.Join(dir, "hdr"), filepath.Join(dir, "h"), filepath.Join(dir, "r")
+	mustRun(t, "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "--header", hdr, "--verity", hash, "--root-hash-file", rootFile, plain, enc)
+	root, _ := os.ReadFile(rootFile)
+	if st, _ := os.Stat(enc); st.Size() != 200*4096 {
+		t.Fatalf("detached output of %d bytes", st.Size())
+	}
+	if out, code := veritysetup(t, "verify", enc, hash, string(root)); code != 0 {
+		t.Errorf("veritysetup verify: exit %d %s", code, out)
+	}
+	r := cryptimg(t, "", "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", "--header", hdr+"2", "--verity", hdr+"2", plain, enc+"2")
+	if r.code != 1 || !strings.Contains(r.stderr, "file of its own") {
+		t.Errorf("--verity naming the --header file: exit %d %s", r.code, r.stderr)
 	}
 }
 
