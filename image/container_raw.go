@@ -180,7 +180,17 @@ func (rawOutput) encrypt(ctx context.Context, dst *os.File, src *Plain, f *Forma
 	so := o.Pipeline.options(src.Size, false)
 	so.SectorSize = ss
 	so.Unordered = true // dst is a new file
-	return sectors.Run(ctx, dst, src.guest, ext, c.EncryptSectors, so)
+	if o.Verity == nil {
+		return sectors.Run(ctx, dst, src.guest, ext, c.EncryptSectors, so)
+	}
+	vp, err := startVerity(o.Verity, payload, src.Size, &so)
+	if err != nil {
+		return err
+	}
+	if err := sectors.Run(ctx, dst, src.guest, ext, vp.wrap(c.EncryptSectors), so); err != nil {
+		return err
+	}
+	return vp.finish(ctx, dst)
 }
 
 // luks2SectorSize gives a LUKS2 header without a sector size the one

@@ -448,6 +448,9 @@ type EncryptOptions struct {
 	// slot's KDF benchmarked and run), before any data is written, so a
 	// caller can tell the key derivation's time from the data's.
 	HeaderMade func()
+	// Verity, if set, asks for the dm-verity tree of the output, made in
+	// the same pass (encrypt_verity.go); raw outputs without integrity.
+	Verity *EncryptVerity
 }
 
 // EncryptRaw encrypts the plaintext raw image src into a raw LUKS1 image
@@ -483,6 +486,9 @@ func Encrypt(ctx context.Context, dst *os.File, src *Plain, o EncryptOptions) (h
 	if err != nil {
 		return nil, err
 	}
+	if err := checkVerity(o.Verity, o.Format, o.Header.Integrity != ""); err != nil {
+		return nil, err
+	}
 	if err := out.params(&o.Header, src.Size, o.HeaderFile != nil); err != nil {
 		return nil, err
 	}
@@ -515,6 +521,9 @@ func EncryptTo(ctx context.Context, dst *os.File, src *Plain, f *Formatted, o En
 	}
 	out, err := outputOf(o.Format)
 	if err != nil {
+		return err
+	}
+	if err := checkVerity(o.Verity, o.Format, f.Key.Auth != nil); err != nil {
 		return err
 	}
 	return out.encrypt(ctx, dst, src, f, o)

@@ -27,6 +27,7 @@ type encryptOptions struct {
 	inPlace         bool
 	resume          bool
 	hotzone         int64
+	verity          encryptVerity
 	luks2Options
 }
 
@@ -73,7 +74,7 @@ and renamed only when complete.
 	f.BoolVar(&o.inPlace, "in-place", false, "encrypt the raw image IMAGE where it lies (crash-safe, resumable; see cryptimg reencrypt --help)")
 	f.BoolVar(&o.resume, "resume", false, "with --in-place: only continue an interrupted run")
 	f.Int64Var(&o.hotzone, "hotzone-size", 0, "with --in-place: bytes per crash-safe step (default 8 MiB, at most the payload offset)")
-	return withPartitionEncrypt(cmd, g, &o)
+	return withEncryptVerity(withPartitionEncrypt(cmd, g, &o), &o)
 }
 
 func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out string) error {
@@ -121,11 +122,16 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 		return err
 	}
 	defer done()
+	if err := o.verity.start(g, in, out, formatOr(format, plain.Format), &params, o.force); err != nil {
+		return err
+	}
+	defer o.verity.close()
 	eo := image.EncryptOptions{
 		Header:      params,
 		Passphrase:  key,
 		Format:      format,
 		ClusterSize: o.clusterSize,
+		Verity:      o.verity.ev,
 	}
 	var hdr *image.Output
 	if g.header != "" {
@@ -151,9 +157,13 @@ func runEncrypt(cmd *cobra.Command, g *globalOptions, o encryptOptions, in, out 
 	if err := commitOutputs(dst, hdr); err != nil {
 		return err
 	}
+	vj, err := o.verity.commit(g, out, o.json)
+	if err != nil {
+		return err
+	}
 	return g.report(o.json, summary{
 		Op: "encrypt", Input: in, Output: out, Format: string(formatOr(format, plain.Format)),
 		Bytes: plain.Size, Seconds: time.Since(start).Seconds(),
-		volumeJSON: volumeOf(h, 0),
+		volumeJSON: volumeOf(h, 0), Verity: vj,
 	})
 }

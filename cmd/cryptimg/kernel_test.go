@@ -371,7 +371,9 @@ func killMidway(t *testing.T, bin string, args ...string) bool {
 
 // TestKernelPartition: after encrypt --partition 2 of a GPT disk, LUKS1 and
 // LUKS2, the kernel scans the table, opens /dev/vda2 and reads partition 2's
-// old contents; partitions 1 and 3 are the old bytes.
+// old contents; partitions 1 and 3 are the old bytes. In the same boot,
+// encrypt --verity's image and tree open stacked verity then crypt
+// (kernelEncryptVerityChecks).
 func TestKernelPartition(t *testing.T) {
 	o := newOracle(t)
 	dir := t.TempDir()
@@ -394,6 +396,7 @@ func TestKernelPartition(t *testing.T) {
 	o.readsDev("luks2-partition-2", dev2+"2", key, shaOf(bytesOf(t, disk, before.Partitions[1])))
 	o.raw("luks2-partition-3", dev2+"3", shaOf(bytesOf(t, disk, before.Partitions[2])))
 	o.check("luks2-partition-2-is-luks2", "cryptsetup isLuks --type luks2 "+dev2+"2")
+	kernelEncryptVerityChecks(t, o, t.TempDir())
 	o.run()
 }
 

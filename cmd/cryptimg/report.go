@@ -31,6 +31,8 @@ type summary struct {
 	// Corrupt lists the sectors that failed their integrity check
 	// (decrypt --allow-corrupt).
 	Corrupt *corruptJSON `json:"corrupt,omitempty"`
+	// Verity is encrypt --verity's tree (cmd_encrypt_verity.go).
+	Verity *verityJSON `json:"verity,omitempty"`
 }
 
 // volumeJSON is what a summary says of the header: cipher, key, UUID, the

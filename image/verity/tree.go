@@ -113,14 +113,26 @@ func Format(ctx context.Context, data io.ReaderAt, hash HashFile, p Params, o Op
 		if err := hashLevel(ctx, data, 0, p.DataBlockSize, p.DataBlocks, hash, int64(g.Levels[0].Start)*hbs, &p, &g, o); err != nil {
 			return nil, err
 		}
+	}
+	return finish(ctx, hash, &p, &g, root, sb, o)
+}
+
+// finish builds levels 1 and up of the tree whose level 0 is in hash
+// (root: the hash of the only data block of a tree without levels), then
+// writes the superblock sb (nil: none), extends an *os.File to the tree's
+// end and returns the root hash.
+func finish(ctx context.Context, hash HashFile, p *Params, g *Geometry, root, sb []byte, o Options) ([]byte, error) {
+	hbs := int64(p.HashBlockSize)
+	if len(g.Levels) > 0 {
 		for i := 1; i < len(g.Levels); i++ {
 			below := g.Levels[i-1]
-			if err := hashLevel(ctx, hash, int64(below.Start)*hbs, p.HashBlockSize, below.Count, hash, int64(g.Levels[i].Start)*hbs, &p, &g, Options{Jobs: o.Jobs}); err != nil {
+			if err := hashLevel(ctx, hash, int64(below.Start)*hbs, p.HashBlockSize, below.Count, hash, int64(g.Levels[i].Start)*hbs, p, g, Options{Jobs: o.Jobs}); err != nil {
 				return nil, err
 			}
 		}
 		top := g.Levels[len(g.Levels)-1]
-		root, err = hashOne(hash, int64(top.Start)*hbs, p.HashBlockSize, &p)
+		var err error
+		root, err = hashOne(hash, int64(top.Start)*hbs, p.HashBlockSize, p)
 		if err != nil {
 			return nil, err
 		}
@@ -130,18 +142,25 @@ func Format(ctx context.Context, data io.ReaderAt, hash HashFile, p Params, o Op
 			return nil, fmt.Errorf("failed to write the superblock: %w", err)
 		}
 	}
+	if err := extend(hash, g.End(p.HashBlockSize)); err != nil {
+		return nil, err
+	}
+	return root, nil
+}
+
+// extend makes hash, where it is a regular *os.File shorter than end,
+// end bytes long.
+func extend(hash HashFile, end int64) error {
 	if f, ok := hash.(*os.File); ok {
 		st, err := f.Stat()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if end := g.End(p.HashBlockSize); st.Mode().IsRegular() && st.Size() < end {
-			if err := f.Truncate(end); err != nil {
-				return nil, err
-			}
+		if st.Mode().IsRegular() && st.Size() < end {
+			return f.Truncate(end)
 		}
 	}
-	return root, nil
+	return nil
 }
 
 // checkOverlap refuses a tree that would overwrite its own data when both
