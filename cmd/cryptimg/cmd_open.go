@@ -24,6 +24,7 @@ type openOptions struct {
 	keySlot    int
 	readOnly   bool
 	background bool
+	verity     verityOpenOptions
 }
 
 func newOpenCommand(g *globalOptions) *cobra.Command {
@@ -44,6 +45,13 @@ A mount left behind by a killed open is cleared by the next open or close.
 The image stays locked while mounted: read-write, no other command may open
 it; read-only, readers and other read-only mounts may, writers may not. A
 conflicting command exits 5 naming the mount point.
+
+With --verity-hash FILE (or --verity-hash-offset N for a tree inside the
+plaintext) and --root-hash, every block read is checked against the
+dm-verity tree made by "cryptimg verity format", as dm-verity does: a block
+that does not match fails the read with EIO. The mount is then read-only,
+the file holds the data blocks the tree covers, and IMAGE may also be a
+plain raw image (no key is asked for).
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
   losetup -f --show /mnt/disk/disk.raw
@@ -59,5 +67,6 @@ conflicting command exits 5 naming the mount point.
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVarP(&o.readOnly, "read-only", "r", false, "mount read-only: the image is never written")
 	f.BoolVar(&o.background, "background", false, "return once mounted, serving from a background process")
+	o.verity.addFlags(f)
 	return cmd
 }

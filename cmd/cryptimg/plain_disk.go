@@ -24,6 +24,7 @@ type lsOptions struct {
 	key     keyOptions
 	keySlot int
 	json    bool
+	verity  verityOpenOptions
 }
 
 func (o *lsOptions) addFlags(cmd *cobra.Command) {
@@ -31,6 +32,7 @@ func (o *lsOptions) addFlags(cmd *cobra.Command) {
 	o.key.addFlags(f)
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVar(&o.json, "json", false, "print JSON on stdout")
+	o.verity.addFlags(f)
 }
 
 // plainDisk is the disk inside an encrypted image, opened through a
@@ -57,7 +59,9 @@ func (d *plainDisk) cause(err error, what string) error {
 
 func (d *plainDisk) Close() {
 	d.Disk.Close()
-	d.key.Clear()
+	if d.key != nil {
+		d.key.Clear()
+	}
 	d.src.Close()
 }
 
@@ -69,23 +73,10 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	if err != nil {
 		return nil, err
 	}
-	e, closeHeader, err := openData(g, src, path)
+	v, k, err := openPlainView(g, o, src, path)
 	if err != nil {
 		src.Close()
 		return nil, err
-	}
-	// The header's key slots are read by the unlock only.
-	defer closeHeader()
-	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
-	if err != nil {
-		src.Close()
-		return nil, err
-	}
-	v, err := e.View(src, k, true)
-	if err != nil {
-		k.Clear()
-		src.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	st := image.NewStorage(v, plainName(path), true)
 	d, err := diskfs.OpenBackend(st)
@@ -96,11 +87,57 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	}
 	if err != nil {
 		v.Close()
-		k.Clear()
+		if k != nil {
+			k.Clear()
+		}
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &plainDisk{Disk: d, src: src, key: k, storage: st}, nil
+}
+
+// openPlainView opens the plaintext of the image src (named path),
+// read-only: decrypted with the key it unlocks, and with verity flags
+// checked against the tree, block by block. With verity flags a plain raw
+// image is read as it is, and the key is nil.
+func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (image.View, *image.Key, error) {
+	e, closeHeader, err := openData(g, src, path)
+	if err != nil {
+		if !o.verity.enabled() || g.header != "" {
+			return nil, nil, err
+		}
+		plain, err := verityPlainImage(src, path, err)
+		if !plain {
+			return nil, nil, err
+		}
+		st, err := src.Stat()
+		if err != nil {
+			return nil, nil, err
+		}
+		v, err := o.verity.wrap(src, st.Size(), path, nil)
+		return v, nil, err
+	}
+	// The header's key slots are read by the unlock only.
+	defer closeHeader()
+	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := e.View(src, k, true)
+	if err != nil {
+		k.Clear()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if o.verity.enabled() {
+		vv, err := o.verity.wrap(v, v.Size(), path, v.Close)
+		if err != nil {
+			v.Close()
+			k.Clear()
+			return nil, nil, err
+		}
+		v = vv
+	}
+	return v, k, nil
 }
 
 // partitionJSON describes one partition in ls --json output.
