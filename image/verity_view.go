@@ -3,6 +3,7 @@ package image
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 
 	"github.com/cryptimg/cryptimg/image/verity"
@@ -56,4 +57,43 @@ func (v *verityView) Close() error {
 		return nil
 	}
 	return v.close()
+}
+
+// readWriterAt is what a plainStore reads and writes the ciphertext
+// through: the image file, or a reader of it that refuses writes.
+type readWriterAt interface {
+	io.ReaderAt
+	io.WriterAt
+}
+
+// readOnlyAt refuses writes to a reader.
+type readOnlyAt struct{ io.ReaderAt }
+
+func (readOnlyAt) WriteAt([]byte, int64) (int, error) { return 0, ErrReadOnly }
+
+// ViewOver is a read-only View of the plaintext of a raw LUKS image e
+// whose file is read through r instead of the file itself: r holds the
+// file's bytes at the same offsets, typically a *verity.Reader that checks
+// each block of the file against its dm-verity tree before it is
+// decrypted, as a crypt mapping stacked on a verity one reads. A read
+// that r fails fails with r's error. If r has a Size method, the view
+// ends where r does, as a crypt device on a smaller verity device. Only raw images with the header in
+// the file or detached (not qcow2, not integrity) are supported.
+func (e *Encrypted) ViewOver(r io.ReaderAt, k *Key) (View, error) {
+	if k == nil || k.Cipher == nil {
+		panic("image: ViewOver with a nil key")
+	}
+	c, ok := e.c.(*rawContainer)
+	if !ok {
+		return nil, errors.New("image: only a raw LUKS image without integrity can be read through another reader")
+	}
+	size := c.size
+	if sr, ok := r.(interface{ Size() int64 }); ok {
+		size = max(0, min(size, sr.Size()-c.base))
+	}
+	ss := k.Cipher.Geometry().SectorSize
+	v := &rawView{store: plainStore{f: readOnlyAt{r}, c: k.Cipher, base: c.base}, ss: int64(ss)}
+	v.viewCore = viewCore{size: size &^ int64(ss-1), readOnly: true, flush: func() error { return nil }}
+	v.bufs.size = viewChunk + 2*ss
+	return v, nil
 }

@@ -134,26 +134,17 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 // plain image, with verity flags), checked against the dm-verity tree with
 // verity flags.
 func openMountView(o openOptions, e *image.Encrypted, k *image.Key, src *os.File, img string) (image.View, error) {
-	if e == nil || k == nil {
-		st, err := src.Stat()
-		if err != nil {
-			return nil, err
+	if o.verity.enabled() {
+		if k == nil {
+			e = nil // a plain image
 		}
-		return o.verity.wrap(src, st.Size(), img, nil)
+		return o.verity.view(e, k, src, img)
 	}
 	v, err := e.View(src, k, o.readOnly)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", img, err)
 	}
-	if !o.verity.enabled() {
-		return v, nil
-	}
-	vv, err := o.verity.wrap(v, v.Size(), img, v.Close)
-	if err != nil {
-		v.Close()
-		return nil, err
-	}
-	return vv, nil
+	return v, nil
 }
 
 // openImageFile opens the image to mount under the lock its mount needs:

@@ -110,11 +110,7 @@ func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (im
 		if !plain {
 			return nil, nil, err
 		}
-		st, err := src.Stat()
-		if err != nil {
-			return nil, nil, err
-		}
-		v, err := o.verity.wrap(src, st.Size(), path, nil)
+		v, err := o.verity.view(nil, nil, src, path)
 		return v, nil, err
 	}
 	// The header's key slots are read by the unlock only.
@@ -123,19 +119,15 @@ func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (im
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := e.View(src, k, true)
+	var v image.View
+	if o.verity.enabled() {
+		v, err = o.verity.view(e, k, src, path)
+	} else if v, err = e.View(src, k, true); err != nil {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
 	if err != nil {
 		k.Clear()
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if o.verity.enabled() {
-		vv, err := o.verity.wrap(v, v.Size(), path, v.Close)
-		if err != nil {
-			v.Close()
-			k.Clear()
-			return nil, nil, err
-		}
-		v = vv
+		return nil, nil, err
 	}
 	return v, k, nil
 }

@@ -88,38 +88,85 @@ func (o *verityOpenOptions) root() ([]byte, error) {
 	return root, nil
 }
 
-// wrap returns a read-only view of the data blocks of src (the plaintext
-// of the image named img, of size bytes) that checks every block read
-// against the tree, as dm-verity does: a bad block fails the read with a
-// *verity.CorruptError (exit 4; EIO through FUSE). closeFn releases src
-// when the view closes. The hash file stays open as long as the view.
-func (o *verityOpenOptions) wrap(src io.ReaderAt, size int64, img string, closeFn func() error) (image.View, error) {
+// view opens the read-only view that open, ls and cat read under verity
+// flags: every block read is checked against the tree, as dm-verity does,
+// and a bad block fails the read with a *verity.CorruptError (exit 4; EIO
+// through FUSE). What the tree covers:
+//   - a plain raw image (e nil): the file itself;
+//   - an encrypted image: its plaintext (the decrypted payload, a verity
+//     mapping stacked on a crypt one), or, when the tree covers more data
+//     than the plaintext holds, the image file itself (the ciphertext and
+//     the header, a crypt mapping on a verity one: what encrypt --verity
+//     makes), checked before it is decrypted.
+//
+// With --verity-hash-offset alone, the tree is in the plaintext at that
+// offset, else in the image file.
+func (o *verityOpenOptions) view(e *image.Encrypted, k *image.Key, src *os.File, img string) (image.View, error) {
 	root, err := o.root()
 	if err != nil {
 		return nil, err
 	}
-	data := io.NewSectionReader(src, 0, size)
-	var hash io.ReaderAt = data
-	hashName := img
+	st, err := src.Stat()
+	if err != nil {
+		return nil, err
+	}
+	file := io.NewSectionReader(src, 0, st.Size())
 	var hf *os.File
 	if o.hashFile != "" {
 		if hf, err = openForRead(o.hashFile); err != nil {
 			return nil, err
 		}
-		hash, hashName = hf, o.hashFile
+	}
+	var pv image.View
+	closeAll := func() error {
+		var err error
+		if pv != nil {
+			err = pv.Close()
+		}
+		if hf != nil {
+			if herr := hf.Close(); err == nil {
+				err = herr
+			}
+		}
+		return err
 	}
 	fail := func(err error) (image.View, error) {
-		if hf != nil {
-			hf.Close()
-		}
+		closeAll()
 		return nil, err
 	}
+	// The data and the hash device the tree covers, and its superblock.
+	var data *io.SectionReader = file
+	var hash io.ReaderAt = file
+	hashName := img
+	if hf != nil {
+		hash, hashName = hf, o.hashFile
+	}
 	p, err := verity.ReadSuperblock(hash, o.hashOffset)
+	cipherLayer := e == nil
+	if e != nil {
+		if pv, err = e.View(src, k, true); err != nil {
+			return fail(fmt.Errorf("%s: %w", img, err))
+		}
+		plain := io.NewSectionReader(pv, 0, pv.Size())
+		if hf == nil {
+			// A tree inside the plaintext, else inside the file.
+			if pp, perr := verity.ReadSuperblock(plain, o.hashOffset); perr == nil || !errors.Is(perr, verity.ErrNoSuperblock) {
+				p, err, hash = pp, perr, plain
+			}
+		}
+		if err == nil {
+			cipherLayer = hash == file || hf != nil && int64(p.DataBlocks)*int64(p.DataBlockSize) > pv.Size()
+			if !cipherLayer {
+				data = plain
+			}
+		}
+	}
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", hashName, err))
 	}
-	if hf == nil && int64(p.DataBlocks)*int64(p.DataBlockSize) > o.hashOffset {
-		return fail(fmt.Errorf("%s: %w: the data the tree covers (%d bytes) overlaps its superblock at byte %d", img, verity.ErrSuperblock, int64(p.DataBlocks)*int64(p.DataBlockSize), o.hashOffset))
+	covered := int64(p.DataBlocks) * int64(p.DataBlockSize)
+	if hf == nil && covered > o.hashOffset {
+		return fail(fmt.Errorf("%s: %w: the data the tree covers (%d bytes) overlaps its superblock at byte %d", img, verity.ErrSuperblock, covered, o.hashOffset))
 	}
 	r, err := verity.NewReader(data, hash, p, root)
 	if err != nil {
@@ -129,18 +176,45 @@ func (o *verityOpenOptions) wrap(src io.ReaderAt, size int64, img string, closeF
 		}
 		return fail(fmt.Errorf("%s: %w", hashName, err))
 	}
-	return image.VerityView(r, func() error {
-		var herr error
-		if hf != nil {
-			herr = hf.Close()
-		}
-		if closeFn != nil {
-			if err := closeFn(); err != nil {
-				return err
-			}
-		}
-		return herr
-	}), nil
+	if e == nil || !cipherLayer {
+		return image.VerityView(r, closeAll), nil
+	}
+	// Verity under crypt: the ciphertext is checked, then decrypted.
+	pv.Close()
+	pv = nil
+	cv, err := e.ViewOver(verityErrors{r}, k)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", img, err))
+	}
+	return closingView{cv, closeAll}, nil
+}
+
+// verityErrors names dm-verity in the errors of a verity.Reader read
+// through a decrypting view.
+type verityErrors struct{ r *verity.Reader }
+
+func (v verityErrors) ReadAt(b []byte, off int64) (int, error) {
+	n, err := v.r.ReadAt(b, off)
+	if errors.Is(err, verity.ErrCorrupt) {
+		err = fmt.Errorf("dm-verity (image file): %w", err)
+	}
+	return n, err
+}
+
+func (v verityErrors) Size() int64 { return v.r.Size() }
+
+// closingView closes more when its view closes.
+type closingView struct {
+	image.View
+	more func() error
+}
+
+func (c closingView) Close() error {
+	err := c.View.Close()
+	if merr := c.more(); err == nil {
+		err = merr
+	}
+	return err
 }
 
 // verityPlainImage reports whether err, from opening img as an encrypted

@@ -145,8 +145,23 @@ func TestVerityCatEncrypted(t *testing.T) {
 	if r := mustRun(t, args("0:/big.txt")...); len(r.stdout) != 30000 {
 		t.Fatalf("cat 0:/big.txt: %d bytes", len(r.stdout))
 	}
+	// A tree of the image file itself (ciphertext and header: verity
+	// under crypt, what encrypt --verity makes) is taken as such: it
+	// covers more than the plaintext.
+	chash := filepath.Join(filepath.Dir(img), "file.verity")
+	croot := verityRoot(t, img, chash)
+	cargs := func(spec string) []string {
+		return []string{"cat", "-d", key, "--verity-hash", chash, "--root-hash", croot, img, spec}
+	}
+	if r := mustRun(t, cargs("0:/big.txt")...); len(r.stdout) != 30000 {
+		t.Fatalf("cat 0:/big.txt under a tree of the file: %d bytes", len(r.stdout))
+	}
 	flipByte(t, img, fileOff+100)
 	wantBadBlock(t, cryptimg(t, "", args("0:/big.txt")...), plainOff/4096)
+	wantBadBlock(t, cryptimg(t, "", cargs("0:/big.txt")...), fileOff/4096)
+	if r := mustRun(t, cargs("0:/hello.txt")...); r.stdout != "hello under verity\n" {
+		t.Fatalf("cat 0:/hello.txt under a tree of the file after the flip = %q", r.stdout)
+	}
 	if r := mustRun(t, args("0:/hello.txt")...); r.stdout != "hello under verity\n" {
 		t.Fatalf("cat 0:/hello.txt after the flip = %q", r.stdout)
 	}
@@ -166,6 +181,9 @@ func TestVerityOpenEIO(t *testing.T) {
 	os.Mkdir(mnt, 0o755)
 	t.Cleanup(func() {
 		if _, ok := findMount(mnt); ok {
+			cryptimg(t, "", "close", mnt)
+		}
+		if _, ok := findMount(mnt); ok {
 			lazyUnmount(mnt)
 		}
 	})
@@ -173,7 +191,6 @@ func TestVerityOpenEIO(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open --background: %v\n%s", err, out)
 	}
-	defer mustRun(t, "close", mnt)
 	f, err := os.Open(filepath.Join(mnt, "fs.raw"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,5 +209,32 @@ func TestVerityOpenEIO(t *testing.T) {
 		if _, err := f.ReadAt(b, o); err != nil || !bytes.Equal(b, plain[o:o+4096]) {
 			t.Fatalf("block at %d: %v or wrong bytes", o, err)
 		}
+	}
+	f.Close()
+	mustRun(t, "close", mnt)
+
+	// A plain image with its tree inside, after the data: no key; the
+	// background child gets the flags.
+	shared := filepath.Join(dir, "shared.img")
+	os.WriteFile(shared, plain, 0o600)
+	sroot := verityRoot(t, "--data-blocks", "1024", "--hash-offset", "4194304", shared, shared)
+	flipByte(t, shared, plainOff+100)
+	out, err = exec.Command(binary(t), "open", "--background", "--verity-hash-offset", "4194304", "--root-hash", sroot, shared, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("open --background of the plain image: %v\n%s", err, out)
+	}
+	g, err := os.Open(filepath.Join(mnt, "shared.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if st, _ := g.Stat(); st.Size() != 4<<20 {
+		t.Fatalf("mounted plain file: %d bytes, want the 4 MiB the tree covers", st.Size())
+	}
+	if _, err := g.ReadAt(b, blk); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of the plain image's bad block: %v, want EIO", err)
+	}
+	if _, err := g.ReadAt(b, blk+4096); err != nil || !bytes.Equal(b, plain[blk+4096:blk+8192]) {
+		t.Fatalf("the plain image's next block: %v or wrong bytes", err)
 	}
 }
