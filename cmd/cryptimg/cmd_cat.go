@@ -20,6 +20,11 @@ with the content in base64.
 
 The image is decrypted in memory as it is read: no plaintext is written to
 disk, and the image is opened read-only.
+
+With --verity-hash FILE (or --verity-hash-offset N, the tree inside the
+image) and --root-hash, every block read is checked against the dm-verity
+tree, as the kernel does: a bad block exits 4 naming it. The tree may cover
+the plaintext, the encrypted image file, or a plain raw image (no key).
 ` + exitStatusHelp,
 		Example: `  cryptimg cat -d key.bin disk.luks 2:/etc/hostname`,
 		Args:    cobra.ExactArgs(2),

@@ -49,8 +49,9 @@ conflicting command exits 5 naming the mount point.
 With --verity-hash FILE (or --verity-hash-offset N for a tree inside the
 plaintext) and --root-hash, every block read is checked against the
 dm-verity tree made by "cryptimg verity format", as dm-verity does: a block
-that does not match fails the read with EIO. The mount is then read-only,
-the file holds the data blocks the tree covers, and IMAGE may also be a
+that does not match fails the read with EIO. The tree may cover the
+plaintext or the encrypted image file itself (a tree covering more than the
+plaintext holds). The mount is then read-only, and IMAGE may also be a
 plain raw image (no key is asked for).
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
