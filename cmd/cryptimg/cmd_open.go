@@ -52,7 +52,10 @@ dm-verity tree made by "cryptimg verity format", as dm-verity does: a block
 that does not match fails the read with EIO. The tree may cover the
 plaintext or the encrypted image file itself (a tree covering more than the
 plaintext holds). The mount is then read-only, and IMAGE may also be a
-plain raw image (no key is asked for).
+plain raw image (no key is asked for). With --root-hash and --partition N
+alone, the file is partition N of the GPT disk inside, checked against the
+tree in the verity partition whose UUID is the root hash's last 128 bits
+(as "verity format --partition" makes them and systemd finds them).
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
   losetup -f --show /mnt/disk/disk.raw
@@ -69,5 +72,6 @@ plain raw image (no key is asked for).
 	f.BoolVarP(&o.readOnly, "read-only", "r", false, "mount read-only: the image is never written")
 	f.BoolVar(&o.background, "background", false, "return once mounted, serving from a background process")
 	o.verity.addFlags(f)
+	f.IntVar(&o.verity.partition, "partition", 0, "with --root-hash alone: mount partition N of the GPT disk, checked against the tree in the partition whose UUID is the root hash's last 128 bits")
 	return cmd
 }

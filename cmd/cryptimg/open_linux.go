@@ -35,11 +35,17 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
+	if o.verity.partition != 0 && !o.verity.partitionMode() {
+		return usagef("--partition N goes with --root-hash alone (no --verity-hash or --verity-hash-offset)")
+	}
 	if o.verity.enabled() {
 		// dm-verity devices are read-only; check the flags before any
 		// secret is asked for.
 		if _, err := o.verity.root(); err != nil {
 			return err
+		}
+		if o.verity.partitionMode() && o.verity.partition <= 0 {
+			return usagef("--root-hash without --verity-hash needs --partition N: the data partition of the GPT disk, whose tree is in its verity partition")
 		}
 		o.readOnly = true
 	}
@@ -137,6 +143,9 @@ func openMountView(o openOptions, e *image.Encrypted, k *image.Key, src *os.File
 	if o.verity.enabled() {
 		if k == nil {
 			e = nil // a plain image
+		}
+		if o.verity.partitionMode() {
+			return o.verity.partitionView(e, k, src, img)
 		}
 		return o.verity.view(e, k, src, img)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/verity"
 	"github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
@@ -69,6 +70,9 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return nil, err
 	}
+	if o.verity.partitionMode() && o.verity.partition <= 0 {
+		return nil, usagef("--root-hash without --verity-hash checks a partition of a GPT disk against the tree in its verity partition: name it as PART:PATH (PART > 0)")
+	}
 	src, err := openSource(path)
 	if err != nil {
 		return nil, err
@@ -84,6 +88,25 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 		// go-diskfs reads the partition table and, where that read
 		// fails, may go on as if the disk had none.
 		err = re
+	}
+	if err == nil && o.verity.partitionMode() {
+		// The partition's data through its tree, found by the root hash.
+		var root []byte
+		if root, err = o.verity.root(); err == nil {
+			var r *verity.Reader
+			var start int64
+			if r, start, err = verityPartition(st, root, o.verity.partition, path); err == nil {
+				st.View = partVerityView{View: st.View, start: start, r: r}
+			}
+		}
+		if err != nil {
+			v.Close()
+			if k != nil {
+				k.Clear()
+			}
+			src.Close()
+			return nil, err
+		}
 	}
 	if err != nil {
 		v.Close()
@@ -110,6 +133,10 @@ func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (im
 		if !plain {
 			return nil, nil, err
 		}
+		if o.verity.partitionMode() {
+			v, err := baseView(nil, nil, src, path)
+			return v, nil, err
+		}
 		v, err := o.verity.view(nil, nil, src, path)
 		return v, nil, err
 	}
@@ -120,7 +147,9 @@ func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (im
 		return nil, nil, err
 	}
 	var v image.View
-	if o.verity.enabled() {
+	if o.verity.partitionMode() {
+		v, err = baseView(e, k, src, path)
+	} else if o.verity.enabled() {
 		v, err = o.verity.view(e, k, src, path)
 	} else if v, err = e.View(src, k, true); err != nil {
 		err = fmt.Errorf("%s: %w", path, err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/spf13/pflag"
 
 	"github.com/cryptimg/cryptimg/header"
@@ -27,13 +28,23 @@ type verityOpenOptions struct {
 	hashOffset   int64
 	rootHash     string
 	rootHashFile string
+	// partition is open's --partition; ls and cat name it in PART:PATH.
+	partition int
 }
 
 func (o *verityOpenOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.hashFile, "verity-hash", "", "check every block read against the dm-verity tree in this file (made by verity format)")
 	f.Int64Var(&o.hashOffset, "verity-hash-offset", 0, "the tree's superblock is at this byte of the hash file; without --verity-hash, of the image's plaintext itself")
-	f.StringVar(&o.rootHash, "root-hash", "", "with --verity-hash or --verity-hash-offset: the tree's root hash, in hex")
-	f.StringVar(&o.rootHashFile, "root-hash-file", "", "with --verity-hash or --verity-hash-offset: read the root hash, in hex, from this file")
+	f.StringVar(&o.rootHash, "root-hash", "", "the dm-verity root hash, in hex: with --verity-hash or --verity-hash-offset, or alone for a GPT disk whose verity partitions verity format --partition made")
+	f.StringVar(&o.rootHashFile, "root-hash-file", "", "read the root hash, in hex, from this file")
+}
+
+// partitionMode reports --root-hash without --verity-hash or
+// --verity-hash-offset: the data is a partition of a GPT disk and its tree
+// is in the partition whose UUID is the root hash's last 128 bits, as
+// systemd finds them (verity format --partition makes them so).
+func (o *verityOpenOptions) partitionMode() bool {
+	return o.hashFile == "" && o.hashOffset == 0 && (o.rootHash != "" || o.rootHashFile != "")
 }
 
 // enabled reports whether any verity flag is set; check refuses an
@@ -53,6 +64,9 @@ func (o *verityOpenOptions) args() ([]string, error) {
 		return nil, err
 	}
 	a := []string{"--root-hash", hex.EncodeToString(root), "--verity-hash-offset", strconv.FormatInt(o.hashOffset, 10)}
+	if o.partition != 0 {
+		a = append(a, "--partition", strconv.Itoa(o.partition))
+	}
 	if o.hashFile != "" {
 		abs, err := filepath.Abs(o.hashFile)
 		if err != nil {
@@ -65,9 +79,6 @@ func (o *verityOpenOptions) args() ([]string, error) {
 
 // root is the root hash from --root-hash or --root-hash-file.
 func (o *verityOpenOptions) root() ([]byte, error) {
-	if o.hashFile == "" && o.hashOffset == 0 {
-		return nil, usagef("--root-hash and --root-hash-file go with --verity-hash FILE or --verity-hash-offset N")
-	}
 	s := o.rootHash
 	switch {
 	case o.rootHash != "" && o.rootHashFile != "":
@@ -187,6 +198,143 @@ func (o *verityOpenOptions) view(e *image.Encrypted, k *image.Key, src *os.File,
 		return fail(fmt.Errorf("%s: %w", img, err))
 	}
 	return closingView{cv, closeAll}, nil
+}
+
+// verityPartition finds partition part of the GPT disk read through st
+// and its hash partition, the one whose UUID is root's last 128 bits (and
+// part's UUID must be its first 128 bits, as systemd requires), and
+// returns a Reader of part's data checked against the tree there, and
+// part's byte offset. The partition table itself is not covered by the
+// tree, as under systemd.
+func verityPartition(st *image.Storage, root []byte, part int, img string) (*verity.Reader, int64, error) {
+	if len(root) < 32 {
+		return nil, 0, usagef("root hash of %d bytes: a partition's UUIDs take 32", len(root))
+	}
+	t, err := gpt.Read(st, image.SectorSize, image.SectorSize)
+	if re := st.ReadError(); re != nil {
+		err = re
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: --root-hash alone needs a GPT disk (its verity partitions): %w", img, err)
+	}
+	dataUUID, hashUUID := image.RootHashUUIDs(root)
+	var dp, hp *gpt.Partition
+	for _, q := range t.Partitions {
+		if q.Type == gpt.Unused {
+			continue
+		}
+		if q.Index == part {
+			dp = q
+		}
+		if strings.EqualFold(q.GUID, hashUUID) {
+			hp = q
+		}
+	}
+	switch {
+	case dp == nil:
+		return nil, 0, fmt.Errorf("%s: partition %d: %w", img, part, errNotFound)
+	case hp == nil:
+		return nil, 0, fmt.Errorf("%s: %w: no partition has the UUID %s (the root hash's last 128 bits)", img, verity.ErrCorrupt, hashUUID)
+	case !strings.EqualFold(dp.GUID, dataUUID):
+		return nil, 0, fmt.Errorf("%s: %w: partition %d has the UUID %s, not %s (the root hash's first 128 bits)", img, verity.ErrCorrupt, part, strings.ToLower(dp.GUID), dataUUID)
+	}
+	// The tree's reads go to the view under st, which the caller may
+	// then replace with one that reads through the tree.
+	base := st.View
+	sec := int64(image.SectorSize)
+	start := int64(dp.Start) * sec
+	dr := io.NewSectionReader(base, start, int64(dp.End-dp.Start+1)*sec)
+	hr := io.NewSectionReader(base, int64(hp.Start)*sec, int64(hp.End-hp.Start+1)*sec)
+	p, err := verity.ReadSuperblock(hr, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: partition %d: %w", img, hp.Index, err)
+	}
+	r, err := verity.NewReader(dr, hr, p, root)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: partitions %d and %d: %w", img, part, hp.Index, err)
+	}
+	return r, start, nil
+}
+
+// partVerityView is a disk whose partition at start is read through a
+// tree (r), the rest as it is: what ls and cat read with --root-hash
+// alone. The bytes of the partition past the tree's data blocks (less
+// than a block, for a tree verity format --partition made) read as they
+// are.
+type partVerityView struct {
+	image.View
+	start int64
+	r     *verity.Reader
+}
+
+func (v partVerityView) ReadAt(b []byte, off int64) (int, error) {
+	end := v.start + v.r.Size()
+	n := 0
+	for n < len(b) {
+		pos := off + int64(n)
+		var m int
+		var err error
+		switch {
+		case pos < v.start:
+			m, err = v.View.ReadAt(b[n:n+int(min(int64(len(b)-n), v.start-pos))], pos)
+		case pos < end:
+			m, err = v.r.ReadAt(b[n:n+int(min(int64(len(b)-n), end-pos))], pos-v.start)
+			if errors.Is(err, verity.ErrCorrupt) {
+				err = fmt.Errorf("dm-verity: %w", err)
+			}
+		default:
+			m, err = v.View.ReadAt(b[n:], pos)
+		}
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// fileView is a plain raw image as a read-only View.
+type fileView struct{ *io.SectionReader }
+
+func (fileView) WriteAt([]byte, int64) (int, error) { return 0, image.ErrReadOnly }
+func (fileView) Sync() error                        { return nil }
+func (fileView) Close() error                       { return nil }
+
+// baseView is what a tree in a partition is read from: the plaintext of
+// e, or with e nil the plain image src itself.
+func baseView(e *image.Encrypted, k *image.Key, src *os.File, img string) (image.View, error) {
+	if e == nil {
+		st, err := src.Stat()
+		if err != nil {
+			return nil, err
+		}
+		return fileView{io.NewSectionReader(src, 0, st.Size())}, nil
+	}
+	v, err := e.View(src, k, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", img, err)
+	}
+	return v, nil
+}
+
+// partitionView is open's view with --root-hash and --partition N alone:
+// partition N's data blocks, checked against the tree in its hash
+// partition, as systemd's /dev/mapper/root.
+func (o *verityOpenOptions) partitionView(e *image.Encrypted, k *image.Key, src *os.File, img string) (image.View, error) {
+	root, err := o.root()
+	if err != nil {
+		return nil, err
+	}
+	base, err := baseView(e, k, src, img)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := verityPartition(image.NewStorage(base, plainName(img), true), root, o.partition, img)
+	if err != nil {
+		base.Close()
+		return nil, err
+	}
+	return image.VerityView(r, base.Close), nil
 }
 
 // verityErrors names dm-verity in the errors of a verity.Reader read

@@ -238,3 +238,87 @@ func TestVerityOpenEIO(t *testing.T) {
 		t.Fatalf("the plain image's next block: %v or wrong bytes", err)
 	}
 }
+
+// TestVerityPartitionRead: with --root-hash alone, ls/cat PART:PATH and
+// open --partition N find the tree of partition N in the partition whose
+// UUID is the root hash's last 128 bits (verity format --partition made
+// both), on a plain disk and inside an encrypted one; a flipped byte of
+// big.txt fails cat with exit 4 naming the block, and a FUSE read of it
+// with EIO.
+func TestVerityPartitionRead(t *testing.T) {
+	dir := t.TempDir()
+	disk := verityGPTDisk(t, dir, 12, "start=2048, size=16384, type="+typeRootX86+"\n")
+	tree := filepath.Join(dir, "tree")
+	os.MkdirAll(tree, 0o755)
+	writeFile(t, filepath.Join(tree, "hello.txt"), "hello from a verity partition\n")
+	big := strings.Repeat("a line in a verity partition.\n", 1000)
+	writeFile(t, filepath.Join(tree, "big.txt"), big)
+	sh(t, requireTool(t, "mkfs.ext4"), "-q", "-F", "-b", "4096", "-E", "offset=1048576,root_owner=0:0", "-d", tree, disk, "8M")
+	r := mustRun(t, "verity", "format", "--partition", "1", disk, "--salt", veritySalt)
+	root := ""
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); strings.HasPrefix(line, "Root hash:") && len(f) == 3 {
+			root = f[2]
+		}
+	}
+	if len(root) != 64 {
+		t.Fatalf("verity format --partition printed %q", r.stdout)
+	}
+	if r := mustRun(t, "cat", "--root-hash", root, disk, "1:/hello.txt"); r.stdout != "hello from a verity partition\n" {
+		t.Fatalf("cat 1:/hello.txt = %q", r.stdout)
+	}
+	if r := cryptimg(t, "", "cat", "--root-hash", root, disk, "0:/hello.txt"); r.code != 1 {
+		t.Fatalf("--root-hash alone with PART 0: exit %d\n%s", r.code, r.stderr)
+	}
+	b, _ := os.ReadFile(disk)
+	off := int64(bytes.Index(b, []byte(big[:4096])))
+	if off < 1<<20 {
+		t.Fatalf("big.txt's first block at %d", off)
+	}
+	key := writeFile(t, filepath.Join(dir, "key"), "verity passphrase")
+	enc := filepath.Join(dir, "disk.luks")
+	mustRun(t, "encrypt", "-d", key, "--pbkdf-force-iterations", "1000", disk, enc)
+	st, _ := os.Stat(enc)
+	if r := mustRun(t, "cat", "-d", key, "--root-hash", root, enc, "1:/big.txt"); r.stdout != big {
+		t.Fatalf("cat 1:/big.txt inside the encrypted disk: %d bytes", len(r.stdout))
+	}
+	flipByte(t, disk, off+100)
+	flipByte(t, enc, st.Size()-12<<20+off+100)
+	blk := (off - 1<<20) / 4096 // in the partition
+	wantBadBlock(t, cryptimg(t, "", "cat", "--root-hash", root, disk, "1:/big.txt"), blk)
+	wantBadBlock(t, cryptimg(t, "", "cat", "-d", key, "--root-hash", root, enc, "1:/big.txt"), blk)
+	if r := mustRun(t, "cat", "--root-hash", root, disk, "1:/hello.txt"); r.stdout != "hello from a verity partition\n" {
+		t.Fatalf("cat 1:/hello.txt after the flip = %q", r.stdout)
+	}
+
+	requireFUSE(t)
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	t.Cleanup(func() {
+		if _, ok := findMount(mnt); ok {
+			cryptimg(t, "", "close", mnt)
+		}
+		if _, ok := findMount(mnt); ok {
+			lazyUnmount(mnt)
+		}
+	})
+	out, err := exec.Command(binary(t), "open", "--background", "--partition", "1", "--root-hash", root, disk, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("open --background --partition 1: %v\n%s", err, out)
+	}
+	f, err := os.Open(filepath.Join(mnt, "disk.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if st, _ := f.Stat(); st.Size() != 8<<20 {
+		t.Fatalf("mounted partition: %d bytes, want 8 MiB", st.Size())
+	}
+	buf := make([]byte, 4096)
+	if _, err := f.ReadAt(buf, blk*4096); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of the bad block: %v, want EIO", err)
+	}
+	if _, err := f.ReadAt(buf, blk*4096+4096); err != nil || !bytes.Equal(buf, b[off+4096:off+8192]) {
+		t.Fatalf("the next block: %v or wrong bytes", err)
+	}
+}
