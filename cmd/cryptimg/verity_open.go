@@ -153,7 +153,7 @@ func (o *verityOpenOptions) view(e *image.Encrypted, k *image.Key, src *os.File,
 		hash, hashName = hf, o.hashFile
 	}
 	p, err := verity.ReadSuperblock(hash, o.hashOffset)
-	cipherLayer := e == nil
+	fileLayer := e == nil
 	if e != nil {
 		if pv, err = e.View(src, k, true); err != nil {
 			return fail(fmt.Errorf("%s: %w", img, err))
@@ -166,8 +166,8 @@ func (o *verityOpenOptions) view(e *image.Encrypted, k *image.Key, src *os.File,
 			}
 		}
 		if err == nil {
-			cipherLayer = hash == file || hf != nil && int64(p.DataBlocks)*int64(p.DataBlockSize) > pv.Size()
-			if !cipherLayer {
+			fileLayer = hash == file || hf != nil && int64(p.DataBlocks)*int64(p.DataBlockSize) > pv.Size()
+			if !fileLayer {
 				data = plain
 			}
 		}
@@ -187,7 +187,7 @@ func (o *verityOpenOptions) view(e *image.Encrypted, k *image.Key, src *os.File,
 		}
 		return fail(fmt.Errorf("%s: %w", hashName, err))
 	}
-	if e == nil || !cipherLayer {
+	if e == nil || !fileLayer {
 		return image.VerityView(r, closeAll), nil
 	}
 	// Verity under crypt: the ciphertext is checked, then decrypted.
