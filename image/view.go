@@ -114,7 +114,7 @@ func newStoreView(f *os.File, st sectorStore, sectorSize int, size int64, readOn
 // plainStore keeps plaintext offset off at file offset base+off, sector
 // off/512 for the IV.
 type plainStore struct {
-	f    *os.File
+	f    readWriterAt // the image file, or a checked reader (ViewOver)
 	c    cipher.Sector
 	base int64
 }

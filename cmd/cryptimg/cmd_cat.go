@@ -20,6 +20,13 @@ with the content in base64.
 
 The image is decrypted in memory as it is read: no plaintext is written to
 disk, and the image is opened read-only.
+
+With --verity-hash FILE (or --verity-hash-offset N, the tree inside the
+image) and --root-hash, every block read is checked against the dm-verity
+tree, as the kernel does: a bad block exits 4 naming it. The tree may cover
+the plaintext, the encrypted image file, or a plain raw image (no key).
+With --root-hash alone, partition PART of a GPT disk is checked against the
+tree in the partition whose UUID is the root hash's last 128 bits.
 ` + exitStatusHelp,
 		Example: `  cryptimg cat -d key.bin disk.luks 2:/etc/hostname`,
 		Args:    cobra.ExactArgs(2),
@@ -50,6 +57,7 @@ func runCat(g *globalOptions, o lsOptions, img, spec string) (err error) {
 	if p == "." {
 		return usagef("%q: PATH is missing", spec)
 	}
+	o.verity.partition = part
 	d, err := openPlainDisk(g, o, img)
 	if err != nil {
 		return err

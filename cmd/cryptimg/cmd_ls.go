@@ -24,6 +24,13 @@ for images holding a filesystem without a partition table.
 
 The image is decrypted in memory as it is read: no plaintext is written to
 disk, and the image is opened read-only.
+
+With --verity-hash FILE (or --verity-hash-offset N, the tree inside the
+image) and --root-hash, every block read is checked against the dm-verity
+tree, as the kernel does: a bad block exits 4 naming it. The tree may cover
+the plaintext, the encrypted image file, or a plain raw image (no key).
+With --root-hash alone, partition PART of a GPT disk is checked against the
+tree in the partition whose UUID is the root hash's last 128 bits.
 ` + exitStatusHelp,
 		Example: `  cryptimg ls -d key.bin disk.luks
   cryptimg ls -d key.bin disk.luks 2:/etc
@@ -82,6 +89,7 @@ func runLs(g *globalOptions, o lsOptions, img, spec string) (err error) {
 			return err
 		}
 	}
+	o.verity.partition = part
 	d, err := openPlainDisk(g, o, img)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type openOptions struct {
 	keySlot    int
 	readOnly   bool
 	background bool
+	verity     verityOpenOptions
 }
 
 func newOpenCommand(g *globalOptions) *cobra.Command {
@@ -44,6 +45,17 @@ A mount left behind by a killed open is cleared by the next open or close.
 The image stays locked while mounted: read-write, no other command may open
 it; read-only, readers and other read-only mounts may, writers may not. A
 conflicting command exits 5 naming the mount point.
+
+With --verity-hash FILE (or --verity-hash-offset N for a tree inside the
+plaintext) and --root-hash, every block read is checked against the
+dm-verity tree made by "cryptimg verity format", as dm-verity does: a block
+that does not match fails the read with EIO. The tree may cover the
+plaintext or the encrypted image file itself (a tree covering more than the
+plaintext holds). The mount is then read-only, and IMAGE may also be a
+plain raw image (no key is asked for). With --root-hash and --partition N
+alone, the file is partition N of the GPT disk inside, checked against the
+tree in the verity partition whose UUID is the root hash's last 128 bits
+(as "verity format --partition" makes them and systemd finds them).
 ` + exitStatusHelp,
 		Example: `  cryptimg open --background -d key.bin disk.luks /mnt/disk
   losetup -f --show /mnt/disk/disk.raw
@@ -59,5 +71,7 @@ conflicting command exits 5 naming the mount point.
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVarP(&o.readOnly, "read-only", "r", false, "mount read-only: the image is never written")
 	f.BoolVar(&o.background, "background", false, "return once mounted, serving from a background process")
+	o.verity.addFlags(f)
+	f.IntVar(&o.verity.partition, "partition", 0, "with --root-hash alone: mount partition N of the GPT disk, checked against the tree in the partition whose UUID is the root hash's last 128 bits")
 	return cmd
 }

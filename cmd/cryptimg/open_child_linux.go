@@ -25,7 +25,12 @@ import (
 // mount is ready (or why it failed). The child inherits the image src and
 // the header file hf (nil without --header) open and locked, so that the
 // lock passes to it with no moment unlocked, and lives as long as it does.
-func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.Key, src, hf *os.File) error {
+// k is nil for a plain image under verity flags: the child gets no key.
+func startBackground(g *globalOptions, img, mnt string, o openOptions, k *image.Key, src, hf *os.File) error {
+	vargs, err := o.verity.args()
+	if err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -45,7 +50,10 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 		return err
 	}
 	defer readyR.Close()
-	args := []string{"open", "--key-slot", strconv.Itoa(k.Slot)}
+	args := append([]string{"open"}, vargs...)
+	if k != nil {
+		args = append(args, "--key-slot", strconv.Itoa(k.Slot))
+	}
 	if g.header != "" {
 		hdr, err := filepath.Abs(g.header)
 		if err != nil {
@@ -53,7 +61,7 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 		}
 		args = append(args, "--header", hdr)
 	}
-	if readOnly {
+	if o.readOnly {
 		args = append(args, "--read-only")
 	}
 	cmd := exec.Command(exe, append(args, "--", img, mnt)...)
@@ -70,7 +78,9 @@ func startBackground(g *globalOptions, img, mnt string, readOnly bool, k *image.
 		keyW.Close()
 		return fmt.Errorf("failed to start the background process: %w", err)
 	}
-	_, err = keyW.Write(k.VolumeKey())
+	if k != nil {
+		_, err = keyW.Write(k.VolumeKey())
+	}
 	keyW.Close()
 	if err != nil {
 		cmd.Process.Kill()

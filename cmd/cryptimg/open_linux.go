@@ -35,6 +35,20 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return err
 	}
+	if o.verity.partition != 0 && !o.verity.partitionMode() {
+		return usagef("--partition N goes with --root-hash alone (no --verity-hash or --verity-hash-offset)")
+	}
+	if o.verity.enabled() {
+		// dm-verity devices are read-only; check the flags before any
+		// secret is asked for.
+		if _, err := o.verity.root(); err != nil {
+			return err
+		}
+		if o.verity.partitionMode() && o.verity.partition <= 0 {
+			return usagef("--root-hash without --verity-hash needs --partition N: the data partition of the GPT disk, whose tree is in its verity partition")
+		}
+		o.readOnly = true
+	}
 	mnt, err := filepath.Abs(mnt)
 	if err != nil {
 		return err
@@ -76,24 +90,37 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 		return err
 	}
 	e, err := openDataWith(src, hf, img)
+	plain := false
 	if err != nil {
-		return err
+		if !o.verity.enabled() || hf != nil {
+			return err
+		}
+		// With verity flags, a plain raw image is mounted as it is.
+		if plain, err = verityPlainImage(src, img, err); !plain {
+			return err
+		}
 	}
 	var k *image.Key
-	if child {
+	switch {
+	case plain:
+	case child:
 		if k, err = childKey(e, o.keySlot); err != nil {
 			return fmt.Errorf("%s: %w", img, err)
 		}
-	} else if k, err = unlockImage(g, e, o.key, img, passPrompt(img), o.keySlot); err != nil {
-		return err
+	default:
+		if k, err = unlockImage(g, e, o.key, img, passPrompt(img), o.keySlot); err != nil {
+			return err
+		}
 	}
-	defer k.Clear()
+	if k != nil {
+		defer k.Clear()
+	}
 	if o.background && !child {
-		return startBackground(g, img, mnt, o.readOnly, k, src, hf)
+		return startBackground(g, img, mnt, o, k, src, hf)
 	}
-	v, err := e.View(src, k, o.readOnly)
+	v, err := openMountView(o, e, k, src, img)
 	if err != nil {
-		return fmt.Errorf("%s: %w", img, err)
+		return err
 	}
 	server, name, err := mountView(v, img, mnt, o.readOnly)
 	if err != nil {
@@ -107,6 +134,26 @@ func openAndServe(ctx context.Context, g *globalOptions, o openOptions, img, mnt
 			img, filepath.Join(mnt, name), mnt)
 	}
 	return serve(ctx, g, server, v, mnt)
+}
+
+// openMountView opens the view to mount: the plaintext of e (nil for a
+// plain image, with verity flags), checked against the dm-verity tree with
+// verity flags.
+func openMountView(o openOptions, e *image.Encrypted, k *image.Key, src *os.File, img string) (image.View, error) {
+	if o.verity.enabled() {
+		if k == nil {
+			e = nil // a plain image
+		}
+		if o.verity.partitionMode() {
+			return o.verity.partitionView(e, k, src, img)
+		}
+		return o.verity.view(e, k, src, img)
+	}
+	v, err := e.View(src, k, o.readOnly)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", img, err)
+	}
+	return v, nil
 }
 
 // openImageFile opens the image to mount under the lock its mount needs:

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cryptimg/cryptimg/image"
+	"github.com/cryptimg/cryptimg/image/verity"
 	"github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
@@ -24,6 +25,7 @@ type lsOptions struct {
 	key     keyOptions
 	keySlot int
 	json    bool
+	verity  verityOpenOptions
 }
 
 func (o *lsOptions) addFlags(cmd *cobra.Command) {
@@ -31,6 +33,7 @@ func (o *lsOptions) addFlags(cmd *cobra.Command) {
 	o.key.addFlags(f)
 	f.IntVarP(&o.keySlot, "key-slot", "S", -1, "try only this key slot ("+slotRange()+")")
 	f.BoolVar(&o.json, "json", false, "print JSON on stdout")
+	o.verity.addFlags(f)
 }
 
 // plainDisk is the disk inside an encrypted image, opened through a
@@ -57,7 +60,9 @@ func (d *plainDisk) cause(err error, what string) error {
 
 func (d *plainDisk) Close() {
 	d.Disk.Close()
-	d.key.Clear()
+	if d.key != nil {
+		d.key.Clear()
+	}
 	d.src.Close()
 }
 
@@ -65,27 +70,17 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 	if err := checkKeySlot(o.keySlot); err != nil {
 		return nil, err
 	}
+	if o.verity.partitionMode() && o.verity.partition <= 0 {
+		return nil, usagef("--root-hash without --verity-hash checks a partition of a GPT disk against the tree in its verity partition: name it as PART:PATH (PART > 0)")
+	}
 	src, err := openSource(path)
 	if err != nil {
 		return nil, err
 	}
-	e, closeHeader, err := openData(g, src, path)
+	v, k, err := openPlainView(g, o, src, path)
 	if err != nil {
 		src.Close()
 		return nil, err
-	}
-	// The header's key slots are read by the unlock only.
-	defer closeHeader()
-	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
-	if err != nil {
-		src.Close()
-		return nil, err
-	}
-	v, err := e.View(src, k, true)
-	if err != nil {
-		k.Clear()
-		src.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	st := image.NewStorage(v, plainName(path), true)
 	d, err := diskfs.OpenBackend(st)
@@ -94,13 +89,76 @@ func openPlainDisk(g *globalOptions, o lsOptions, path string) (*plainDisk, erro
 		// fails, may go on as if the disk had none.
 		err = re
 	}
+	if err == nil && o.verity.partitionMode() {
+		// The partition's data through its tree, found by the root hash.
+		var root []byte
+		if root, err = o.verity.root(); err == nil {
+			var r *verity.Reader
+			var start int64
+			if r, start, err = verityPartition(st, root, o.verity.partition, path); err == nil {
+				st.View = partVerityView{View: st.View, start: start, r: r}
+			}
+		}
+		if err != nil {
+			v.Close()
+			if k != nil {
+				k.Clear()
+			}
+			src.Close()
+			return nil, err
+		}
+	}
 	if err != nil {
 		v.Close()
-		k.Clear()
+		if k != nil {
+			k.Clear()
+		}
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &plainDisk{Disk: d, src: src, key: k, storage: st}, nil
+}
+
+// openPlainView opens the plaintext of the image src (named path),
+// read-only: decrypted with the key it unlocks, and with verity flags
+// checked against the tree, block by block. With verity flags a plain raw
+// image is read as it is, and the key is nil.
+func openPlainView(g *globalOptions, o lsOptions, src *os.File, path string) (image.View, *image.Key, error) {
+	e, closeHeader, err := openData(g, src, path)
+	if err != nil {
+		if !o.verity.enabled() || g.header != "" {
+			return nil, nil, err
+		}
+		plain, err := verityPlainImage(src, path, err)
+		if !plain {
+			return nil, nil, err
+		}
+		if o.verity.partitionMode() {
+			v, err := baseView(nil, nil, src, path)
+			return v, nil, err
+		}
+		v, err := o.verity.view(nil, nil, src, path)
+		return v, nil, err
+	}
+	// The header's key slots are read by the unlock only.
+	defer closeHeader()
+	k, err := unlockImage(g, e, o.key, path, passPrompt(path), o.keySlot)
+	if err != nil {
+		return nil, nil, err
+	}
+	var v image.View
+	if o.verity.partitionMode() {
+		v, err = baseView(e, k, src, path)
+	} else if o.verity.enabled() {
+		v, err = o.verity.view(e, k, src, path)
+	} else if v, err = e.View(src, k, true); err != nil {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		k.Clear()
+		return nil, nil, err
+	}
+	return v, k, nil
 }
 
 // partitionJSON describes one partition in ls --json output.
