@@ -27,7 +27,8 @@ import (
 //   - a doc comment on any declaration, exported or not, does not begin with
 //     the name of another top-level identifier of its package (the comment of
 //     one declaration attached to the next), nor with a word that can only be
-//     an identifier (lowerCamelCase: a name changed and its comment not).
+//     an identifier (lowerCamelCase: a name changed and its comment not);
+//     nor, for a function, with another name its package uses.
 //
 // A parenthesised group's own comment describes the group and is not
 // checked; the comment of a spec inside it is.
@@ -145,13 +146,21 @@ func docCommentHits(t *testing.T, root string) []string {
 		// Top-level names of the package (per build tag both variants
 		// declare the same names, which is harmless here).
 		top := map[string]bool{}
+		used := map[string]bool{} // every identifier the package's files use
 		for _, f := range files {
 			for _, d := range f.Decls {
 				for _, n := range declNames(d) {
 					top[n] = true
 				}
 			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if id, ok := n.(*ast.Ident); ok {
+					used[id.Name] = true
+				}
+				return true
+			})
 		}
+		names := pkgNames{top: top, used: used}
 		for _, f := range files {
 			if f.Doc != nil {
 				want := "Package " + f.Name.Name
@@ -163,7 +172,7 @@ func docCommentHits(t *testing.T, root string) []string {
 				}
 			}
 			for _, d := range f.Decls {
-				checkDecl(d, top, report)
+				checkDecl(d, names, report)
 			}
 		}
 	}
@@ -171,16 +180,20 @@ func docCommentHits(t *testing.T, root string) []string {
 	return hits
 }
 
+// pkgNames are the names of one package: its top-level identifiers, and
+// every identifier its files use (locals, fields and methods included).
+type pkgNames struct{ top, used map[string]bool }
+
 // checkDecl reports the doc comments of one top-level declaration that
 // break the convention.
-func checkDecl(d ast.Decl, top map[string]bool, report func(token.Pos, string, ...any)) {
+func checkDecl(d ast.Decl, top pkgNames, report func(token.Pos, string, ...any)) {
 	switch d := d.(type) {
 	case *ast.FuncDecl:
 		exported := d.Name.IsExported()
 		if d.Recv != nil && len(d.Recv.List) > 0 {
 			exported = exported && ast.IsExported(recvName(d.Recv.List[0].Type))
 		}
-		checkDoc(d.Doc, []string{d.Name.Name}, exported, false, top, report)
+		checkDoc(d.Doc, []string{d.Name.Name}, exported, false, true, top, report)
 	case *ast.GenDecl:
 		grouped := d.Lparen.IsValid()
 		for _, s := range d.Specs {
@@ -193,7 +206,7 @@ func checkDecl(d ast.Decl, top map[string]bool, report func(token.Pos, string, .
 				if s.Doc != nil {
 					doc = s.Doc
 				}
-				checkDoc(doc, []string{s.Name.Name}, s.Name.IsExported(), true, top, report)
+				checkDoc(doc, []string{s.Name.Name}, s.Name.IsExported(), true, false, top, report)
 			case *ast.ValueSpec:
 				if s.Doc != nil {
 					doc = s.Doc
@@ -208,18 +221,22 @@ func checkDecl(d ast.Decl, top map[string]bool, report func(token.Pos, string, .
 					exported = exported || n.IsExported()
 				}
 				if len(names) > 0 {
-					checkDoc(doc, names, exported, false, top, report)
+					checkDoc(doc, names, exported, false, false, top, report)
 				}
 			}
 		}
 	}
 }
 
-// lowerCamel matches a word that prose does not use but Go names do.
-var lowerCamel = regexp.MustCompile(`^[a-z]+[A-Z][A-Za-z0-9]*$`)
+// lowerCamel matches a word that prose does not use but Go names do;
+// lowerWord any word that could be an unexported Go name.
+var (
+	lowerCamel = regexp.MustCompile(`^[a-z]+[A-Z][A-Za-z0-9]*$`)
+	lowerWord  = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+)
 
 // checkDoc checks one doc comment against the names it documents.
-func checkDoc(doc *ast.CommentGroup, names []string, exported, isType bool, top map[string]bool, report func(token.Pos, string, ...any)) {
+func checkDoc(doc *ast.CommentGroup, names []string, exported, isType, isFunc bool, pkg pkgNames, report func(token.Pos, string, ...any)) {
 	if doc == nil {
 		return
 	}
@@ -241,10 +258,15 @@ func checkDoc(doc *ast.CommentGroup, names []string, exported, isType bool, top 
 		report(doc.Pos(), "doc comment of %s begins %q", strings.Join(names, ", "), firstWords(text, 3))
 		return
 	}
-	if top[first] {
+	switch {
+	case pkg.top[first]:
 		report(doc.Pos(), "doc comment of %s begins with another identifier of the package, %q", strings.Join(names, ", "), first)
-	} else if lowerCamel.MatchString(first) {
+	case lowerCamel.MatchString(first):
 		report(doc.Pos(), "doc comment of %s begins with another identifier, %q", strings.Join(names, ", "), first)
+	case isFunc && pkg.used[first] && lowerWord.MatchString(first):
+		// A function's comment that opens with a name the package uses
+		// (a field, a local) is one left from before a rename.
+		report(doc.Pos(), "doc comment of %s begins with another identifier of the package, %q", strings.Join(names, ", "), first)
 	}
 }
 

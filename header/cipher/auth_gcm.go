@@ -49,7 +49,8 @@ func newAuthGCM(key []byte) (*authGCM, error) {
 	return &authGCM{aead: g, rand: rand.Reader}, nil
 }
 
-// aad writes le64(unit) || IV to st.aad.
+// gcmAAD writes le64(unit) || IV to st.aad and returns those 20 bytes, the
+// associated data of one sector.
 func gcmAAD(st *macState, unit uint64, iv []byte) []byte {
 	binary.LittleEndian.PutUint64(st.aad[:8], unit)
 	copy(st.aad[8:], iv)
