@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// clevis tokens (tang and sss pins) unseal by asking their tang servers;
+// Tokens of clevis (tang and sss pins) unseal by asking their tang servers;
 // they need no flags.
 func init() {
 	unsealerTypes[clevis.Type] = func(*pflag.FlagSet) func() (token.Unsealer, error) {
