@@ -193,15 +193,15 @@ func (u *Unsealer) Unseal(ctx context.Context, tokenJSON []byte) ([]byte, error)
 	}
 	defer flush(tp, ld.ObjectHandle)
 
-	var opts []tpm.AuthOption
-	if auth != nil {
-		opts = append(opts, tpm.Auth(auth))
-	}
-	sess, closeSess, err := tpm.PolicySession(tp, tpm.TPMAlgSHA256, 16, opts...)
+	ps, closeSess, err := tpm.PolicySession(tp, tpm.TPMAlgSHA256, 16)
 	if err != nil {
 		return nil, fmt.Errorf("TPM2_StartAuthSession: %w", err)
 	}
 	defer closeSess()
+	var sess tpm.Session = ps
+	if auth != nil {
+		sess = newAuthValueSession(ps, auth)
+	}
 	if mask != 0 {
 		if _, err := (tpm.PolicyPCR{PolicySession: sess.Handle(), Pcrs: selection(bank, mask)}).Execute(tp); err != nil {
 			return nil, fmt.Errorf("TPM2_PolicyPCR: %w", err)
