@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cryptimg/cryptimg/header"
 	"github.com/cryptimg/cryptimg/image/qcow2"
@@ -39,7 +40,7 @@ func qemuRun(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	var out []byte
 	var err error
-	for range 10 {
+	for i := range 10 {
 		out, err = exec.Command(name, args...).CombinedOutput()
 		if err == nil && !bytes.Contains(out, []byte("failed")) {
 			return string(out)
@@ -47,6 +48,8 @@ func qemuRun(t *testing.T, name string, args ...string) string {
 		if !bytes.Contains(out, []byte("accurate CPU usage")) {
 			break
 		}
+		// The failures come in bursts on a busy machine: back off.
+		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
 	}
 	t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	return ""

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cryptimg/cryptimg/vectors/peer"
 )
@@ -67,6 +68,8 @@ func retry(t *testing.T, name string, args ...string) {
 		if err == nil {
 			return
 		}
+		// The failures come in bursts on a busy machine: back off.
+		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
 	}
 	t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 }
