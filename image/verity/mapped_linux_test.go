@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -87,9 +88,16 @@ func TestMappedSection(t *testing.T) {
 }
 
 // memFile is a hash file in memory.
-type memFile struct{ b []byte }
+// memFile is an in-memory file; the tree's workers write it at once, as
+// they write a real one.
+type memFile struct {
+	mu sync.Mutex
+	b  []byte
+}
 
 func (m *memFile) ReadAt(p []byte, off int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if off >= int64(len(m.b)) {
 		return 0, io.EOF
 	}
@@ -101,6 +109,8 @@ func (m *memFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (m *memFile) WriteAt(p []byte, off int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if end := off + int64(len(p)); end > int64(len(m.b)) {
 		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
 	}
