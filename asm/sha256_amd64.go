@@ -44,14 +44,22 @@ func preferSHA256AVX512() bool {
 	if !hasSHANI {
 		return true
 	}
+	return amdFamily() >= 0x1a
+}
+
+// amdFamily is the CPU family of an AMD processor (0x19: Zen 3 and 4,
+// 0x1a: Zen 5), or 0 on others.
+func amdFamily() uint32 {
 	_, b, c, d := cpuidAsm(0, 0)
-	amd := b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163 // "AuthenticAMD"
+	if b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163 { // "AuthenticAMD"
+		return 0
+	}
 	eax, _, _, _ := cpuidAsm(1, 0)
 	family := eax >> 8 & 0xf
 	if family == 0xf {
 		family += eax >> 20 & 0xff
 	}
-	return amd && family >= 0x1a
+	return family
 }
 
 // sha256ArchImpls lists the amd64 SHA-256 kernels this CPU supports, best
@@ -68,6 +76,9 @@ func preferSHA256AVX512() bool {
 // in zmm registers without the SHA extensions, and fewer than
 // sha256AVX512MinLanes on SHA-NI when there is SHA-NI. The fixed kernels
 // are listed after the best for the tests and for measuring other CPUs.
+// On AMD family 0x19 (Zen 3 and 4) "sha-ni-x2" comes first: there the
+// 4-lane kernel loses even over long runs (docs/BENCHMARKS.md, "encrypt
+// --verity against encrypt").
 func sha256ArchImpls() []SHA256Impl {
 	var impls []SHA256Impl
 	if hasSHANI {
@@ -75,6 +86,12 @@ func sha256ArchImpls() []SHA256Impl {
 			newSHA256Impl("sha-ni", 4, sha256KernelSHANI),
 			newSHA256Impl("sha-ni-x2", 2, sha256KernelSHANI2),
 			newSHA256Impl("sha-ni-x4", 4, sha256KernelSHANI4))
+		if amdFamily() == 0x19 {
+			// Zen 3 and 4: the 4-lane kernel loses to the 2-lane one even
+			// over long runs (4096-byte blocks: 2.5-2.8 against 3.2-3.4
+			// GB/s on a Zen 4 EPYC), unlike Zen 5's.
+			impls[0], impls[1] = impls[1], impls[0]
+		}
 	}
 	if hasSHA256AVX512 {
 		x16 := newSHA256Impl("avx512", 16, sha256KernelAVX512)
