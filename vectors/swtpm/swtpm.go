@@ -70,9 +70,16 @@ func StartSocket(t testing.TB) string {
 	peer.Require(t, "swtpm")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "tpm.sock")
-	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+dir,
+	return runUntilSocket(t, sock, "--tpmstate", "dir="+dir,
 		"--server", "type=unixio,path="+sock, "--ctrl", "type=unixio,path="+filepath.Join(dir, "ctrl.sock"),
 		"--flags", "not-need-init,startup-clear")
+}
+
+// runUntilSocket runs "swtpm socket --tpm2 ARGS..." for the rest of the
+// test and returns sock once swtpm has made it.
+func runUntilSocket(t testing.TB, sock string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("swtpm", append([]string{"socket", "--tpm2"}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +93,7 @@ func StartSocket(t testing.TB) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("swtpm made no socket")
+	t.Fatalf("swtpm made no socket %s", sock)
 	return ""
 }
 
@@ -102,22 +109,7 @@ func (s *TPM) Stop() {
 func StartForQEMU(t testing.TB, dir string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "swtpm-ctrl.sock")
-	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+dir, "--ctrl", "type=unixio,path="+sock)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for range 100 {
-		if _, err := os.Stat(sock); err == nil {
-			return sock
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("swtpm made no control socket")
-	return ""
+	return runUntilSocket(t, sock, "--tpmstate", "dir="+dir, "--ctrl", "type=unixio,path="+sock)
 }
 
 // Systemd257Files returns the files of Debian 13's userland that running
